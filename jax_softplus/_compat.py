@@ -1,0 +1,42 @@
+"""Version shims: the one module that knows where JAX moved things.
+
+Supported: jax 0.10.x (Python 3.11) and 0.11.x (Python 3.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.interpreters import batching
+
+
+def register_batching_rule(prim: Any, rule: Callable) -> None:
+    """Register `rule(args, dims, **params) -> (out, out_dim)` for `prim`.
+
+    `batching.primitive_batchers` has been a write-only shim since JAX 0.8.2:
+    when no operand is batched it binds `prim` directly and never calls
+    `rule`, so `rule` may assume that at least one operand is batched.
+    Where the shim is gone, the same wrapper is installed by hand.
+    """
+    shim = getattr(batching, "primitive_batchers", None)
+    if shim is not None:
+        shim[prim] = rule
+        return
+
+    def wrapped(axis_data, args, dims, **params):
+        del axis_data
+        if all(d is None for d in dims):
+            return prim.bind(*args, **params), None
+        return rule(args, dims, **params)
+
+    batching.fancy_primitive_batchers[prim] = wrapped
+
+
+def shard_map(f: Callable, **kwargs: Any) -> Callable:
+    """`jax.shard_map` where it exists (0.7+), else the experimental one."""
+    fn = getattr(jax, "shard_map", None)
+    if fn is None:  # pragma: no cover - older JAX
+        from jax.experimental.shard_map import shard_map as fn
+    return fn(f, **kwargs)

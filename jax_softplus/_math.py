@@ -1,0 +1,224 @@
+"""The arithmetic of softplus and its gradient, written once in `lax` ops.
+
+These functions are traced by the primitive's MLIR lowering (through
+`mlir.lower_fun`), so every op here becomes a plain StableHLO op that XLA
+fuses into one loop. Nothing here validates input: the public wrappers do
+that before `bind`.
+
+Float32 layout of the backward kernel, for `diff_src = dd * sigmoid(t)` with
+`t = beta * src`:
+
+1. `t` and its rounding error `tl` (an error-free product, skipped when
+   `beta` is known to be a power of two, where the product is exact).
+2. `exp(-t) = 2**k * (1 + p)`, with a Cody-Waite reduction by `ln 2`,
+   `k = floor(-t / ln 2)` so that `1 + p` lies in [1, 2), and a degree-7
+   polynomial for `p = expm1(r)`; `tl` and the reduction's own rounding
+   error enter `r` as a correction, so `p` is that of the exact `t`.
+3. `sigmoid(t) = 2**-K / D` with `D = 2**(k-K) * (1 + p) + 2**-K`. The
+   scale `K` keeps `D` in range when `exp(-t)` overflows, which is the tail
+   where `sigmoid(t)` underflows but `dd * sigmoid(t)` does not.
+4. `diff_src = (dd / D) * 2**-K`, a single rounding in the division; the
+   final scaling by a power of two is exact.
+
+Each expensive op (the division) has exactly one consumer: XLA's fusion pass
+refuses to duplicate an expensive producer, and a second consumer would split
+the loop into several fusions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jax import lax
+
+_F32 = np.float32
+_I32 = np.int32
+
+# ln 2 split so that k * _LN2_HI is exact for |k| < 2**8.
+_LN2_HI = _F32(0.693359375)
+_LN2_LO = _F32(-2.12194440e-4)
+_LOG2E = _F32(1.4426950408889634)
+# Adding 1.5 * 2**23 to an integral float32 below 2**22 puts the integer in
+# the low mantissa bits: a cheaper float -> int conversion than `convert`,
+# which must also handle NaN and overflow.
+_MAGIC = _F32(12582912.0)
+_MAGIC_BITS = _I32(0x4B400000)
+# Clamp for -t: beyond it the result is 0 or dd, and 2**(k - 126) stays finite.
+_ZMAX = _F32(175.5)
+# Coefficients of q in expm1(r) = r + r**2 * q(r) on [0, ln 2], highest first
+# (a Chebyshev fit; absolute error of expm1 below 2**-29 on the interval).
+_EXPM1_Q = tuple(
+    _F32(c)
+    for c in (
+        2.5839923e-04,
+        1.3398023e-03,
+        8.3514052e-03,
+        4.1663688e-02,
+        1.6666685e-01,
+        5.0000000e-01,
+    )
+)
+
+
+def _pow2(e):
+    """2.0**e as float32 for int32 e in [-127, 127]; e = -127 gives 0.0."""
+    bits = lax.shift_left(e + _I32(127), _I32(23))
+    return lax.bitcast_convert_type(bits, _F32)
+
+
+def _split(v):
+    """Split float32 v into hi + lo with 12 significant bits in each half."""
+    hi = lax.bitcast_convert_type(lax.bitcast_convert_type(v, _I32) & _I32(-4096), _F32)
+    return hi, v - hi
+
+
+def _product_error(beta, x, t):
+    """The exact rounding error `beta * x - t` of `t = fl(beta * x)`.
+
+    Dekker's product with a bit-mask split. Every partial product is exact,
+    so the result does not depend on whether the compiler contracts the
+    multiply-adds into FMAs.
+    """
+    bh, bl = _split(beta)
+    xh, xl = _split(x)
+    return ((bh * xh - t) + bh * xl + bl * xh) + bl * xl
+
+
+def _expm1_poly(r):
+    q = _EXPM1_Q[0]
+    for c in _EXPM1_Q[1:]:
+        q = q * r + c
+    return r * r * q
+
+
+def _exp_reduce(z, zl):
+    """exp(z - zl) = 2**k * (1 + p) for float32 z in [-_ZMAX, _ZMAX].
+
+    `zl` is a small correction (the product error, or None for an exact z).
+    Returns (k as int32, p) with p in [0, 1) up to rounding.
+    """
+    kf = lax.floor(z * _LOG2E)
+    k = lax.bitcast_convert_type(kf + _MAGIC, _I32) - _MAGIC_BITS
+    rh = z - kf * _LN2_HI  # exact
+    rl = kf * _LN2_LO
+    if zl is None:
+        r = rh - rl
+        rc = (rh - r) - rl
+    else:
+        # Kept in this order so that zl == 0 gives the same bits as the
+        # branch above: eager and jit calls may take different branches.
+        s = rh - zl
+        sc = (rh - s) - zl
+        r = s - rl
+        rc = ((s - r) - rl) + sc
+    p = r + (_expm1_poly(r) + rc)
+    return k, p
+
+
+def _product(beta, x, compensate):
+    """t = fl(beta * x) and the correction zl with beta * x = t + zl."""
+    t = beta * x
+    if not compensate:
+        return t, None
+    tl = _product_error(beta, x, t)
+    # Where |t| is clamped (or t is inf/NaN) the correction is moot and the
+    # split may overflow; drop it there.
+    return t, lax.select(lax.abs(t) < _ZMAX, tl, lax.full_like(tl, 0))
+
+
+def sigmoid_times(src, dd, beta, *, compensate, ordered):
+    """dd * sigmoid(beta * src) for float32 operands.
+
+    `compensate` adds the error-free product (needed unless beta * src is
+    exact); `ordered` sums D so that it is rounded once. float32 data wants
+    both; bf16/f16 data computed in f32 needs neither, since the f32 errors
+    stay far below half an ulp of the 8- or 11-bit result. The scaled tail
+    is kept in every case: bfloat16 has float32's exponent range.
+    """
+    t, tl = _product(beta, src, compensate)
+    # exp(-t) = exp(z - zl): the correction enters with the reduction.
+    z = lax.clamp(-_ZMAX, -t, _ZMAX)
+    k, p = _exp_reduce(z, tl)
+    # exp(-t) = 2**k (1 + p). K = clip(k, 0, 126) scales D into range.
+    e_b = -lax.clamp(_I32(0), k, _I32(126))
+    x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
+    y_scale = _pow2(e_b)
+    if ordered:
+        # D = big + (small + p * x_scale): one rounding of size ulp(D).
+        neg = k < 0
+        big = lax.select(neg, y_scale, x_scale)
+        small = lax.select(neg, x_scale, y_scale)
+        d = big + (small + p * x_scale)
+    else:
+        d = (p + _F32(1)) * x_scale + y_scale
+    # sigmoid(-inf) is exactly 0, so inf * sigmoid(-inf) is NaN.
+    y_scale = lax.select(t == -np.inf, lax.full_like(y_scale, 0), y_scale)
+    return (dd / d) * y_scale
+
+
+def sigmoid_times_f64(src, dd, beta):
+    """dd * sigmoid(beta * src) in float64 by the stable two-branch formula."""
+    t = beta * src
+    e = lax.exp(-lax.abs(t))
+    num = lax.select(t >= 0, dd, dd * e)
+    return num / (e + 1.0)
+
+
+# musl's logf coefficients: log(1+f) = f - hfsq + s (hfsq + R(s*s)),
+# s = f / (2 + f), for 1 + f in [sqrt(2)/2, sqrt(2)].
+_LG = tuple(
+    _F32(c) for c in (0.66666662693, 0.40000972152, 0.28498786688, 0.24279078841)
+)
+_LN2_HI_LOG = _F32(6.9313812256e-01)  # 16 bits: j * hi is exact
+_LN2_LO_LOG = _F32(9.0580006145e-06)
+# Below 2**-100, log1p(e) == e in float32 and e may be subnormal.
+_K_TAIL = _I32(-100)
+
+
+def _log1p_small(e_hi, e_lo):
+    """log(1 + e_hi + e_lo) for e_hi in [0, 1], to about one ulp.
+
+    No `u = 1 + e` is formed: XLA folds `(e + 1) - 1` to `e`, which would
+    erase the compensation. For e < 1/2, f = e; above, 1 + e = 2 (1 + f) with
+    f = (e - 1) / 2, exact by Sterbenz's lemma.
+    """
+    big = e_hi >= _F32(0.5)
+    f = lax.select(big, (e_hi - _F32(1)) * _F32(0.5), e_hi)
+    j = lax.select(big, lax.full_like(f, 1), lax.full_like(f, 0))
+    s = f / (f + _F32(2))
+    z = s * s
+    w = z * z
+    r = z * (_LG[0] + w * _LG[2]) + w * (_LG[1] + w * _LG[3])
+    hfsq = _F32(0.5) * f * f
+    small = j * _LN2_LO_LOG + e_lo / (e_hi + _F32(1))
+    return s * (hfsq + r) + small - hfsq + f + j * _LN2_HI_LOG
+
+
+def softplus_f32(x, beta, *, compensate):
+    """(1/beta) log(1 + exp(beta x)) for float32 operands.
+
+    With t = beta x and e = exp(-|t|): softplus = [t > 0] x + log1p(e) / beta,
+    which never overflows and keeps full relative accuracy for t << 0.
+    """
+    t, tl = _product(beta, x, compensate)
+    pos = t > 0
+    z = lax.max(-lax.abs(t), -_ZMAX)
+    if tl is not None:
+        tl = lax.select(pos, tl, -tl)  # -|beta x| = z - tl
+    k, p = _exp_reduce(z, tl)
+    # e = 2**k (1 + p) as e_hi + e_lo (k <= 0).
+    scale = _pow2(lax.max(k, _I32(-127)))
+    ps = p * scale
+    e_hi = scale + ps
+    e_lo = (scale - e_hi) + ps
+    main = _log1p_small(e_hi, e_lo) / beta
+    # Tail: log1p(e) = e, formed at a scale where it is normal.
+    tail_scale = _pow2(lax.max(k + _I32(126), _I32(-127)))
+    tail = ((p + _F32(1)) * tail_scale / beta) * _F32(2.0**-126)
+    part = lax.select(k < _K_TAIL, tail, main)
+    return lax.select(pos, x + part, part)
+
+
+def softplus_f64(x, beta):
+    t = beta * x
+    part = lax.log1p(lax.exp(-lax.abs(t))) / beta
+    return lax.select(t > 0, x + part, part)

@@ -1,0 +1,178 @@
+"""The `softplus_backward` primitive and its rules.
+
+Operands are `(src, diff_dst, beta)`. `beta` is an operand, not a parameter,
+so it can be traced, batched and differentiated; it is 0-d, except inside a
+`vmap` over a per-example beta, where the batching rule broadcasts it to the
+data's shape. The one parameter, `beta_exact`, says that `beta * src` is
+known to be exact, so the lowering may skip the error-free product; it never
+changes the result's bits.
+
+Rules are registered in one block at the bottom of this module.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, mlir
+
+from jax_softplus import _compat, _math
+
+softplus_backward_p = Primitive("softplus_backward")
+
+
+def _softplus_backward_impl(src, diff_dst, beta, *, beta_exact):
+    """Eager calls run the compiled lowering: there is no second copy of the math."""
+    return _jitted_bind(src, diff_dst, beta, beta_exact=beta_exact)
+
+
+def _bind(src, diff_dst, beta, *, beta_exact):
+    return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
+
+
+_jitted_bind = jax.jit(_bind, static_argnames=("beta_exact",))
+
+
+def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_exact):
+    """Shapes and dtypes were validated before `bind`; here they are asserted."""
+    del beta_exact
+    assert src.shape == diff_dst.shape, (src.shape, diff_dst.shape)
+    assert src.dtype == diff_dst.dtype, (src.dtype, diff_dst.dtype)
+    assert beta.shape in ((), src.shape), (beta.shape, src.shape)
+    return src.update(weak_type=False)
+
+
+def _bf16_to_f32(x):
+    # bf16 is the top half of an f32: a shift, which XLA vectorises more
+    # widely than its own convert around transcendental code.
+    bits = lax.convert_element_type(lax.bitcast_convert_type(x, np.uint16), np.uint32)
+    return lax.bitcast_convert_type(lax.shift_left(bits, np.uint32(16)), np.float32)
+
+
+def _f32_to_bf16(x):
+    # Round to nearest even on the bits; NaN stays a (quiet) NaN.
+    bits = lax.bitcast_convert_type(x, np.uint32)
+    lsb = lax.shift_right_logical(bits, np.uint32(16)) & np.uint32(1)
+    rounded = lax.shift_right_logical(bits + np.uint32(0x7FFF) + lsb, np.uint32(16))
+    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    quiet = lax.shift_right_logical(bits, np.uint32(16)) | np.uint32(0x0040)
+    out = lax.select(is_nan, quiet, rounded)
+    return lax.bitcast_convert_type(
+        lax.convert_element_type(out, np.uint16), jnp.bfloat16
+    )
+
+
+def to_f32(x):
+    """Widen bf16/f16 to f32 (exact)."""
+    if x.dtype == jnp.bfloat16:
+        return _bf16_to_f32(x)
+    return lax.convert_element_type(x, np.float32)
+
+
+def from_f32(x, dtype):
+    """Round f32 to `dtype` once, to nearest even."""
+    if dtype == jnp.bfloat16:
+        return _f32_to_bf16(x)
+    return lax.convert_element_type(x, dtype)
+
+
+def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact):
+    """The lowering, traced into StableHLO by `mlir.lower_fun`."""
+    dtype = src.dtype
+    if dtype == np.float64:
+        return _math.sigmoid_times_f64(src, diff_dst, beta)
+    if dtype == np.float32:
+        return _math.sigmoid_times(
+            src, diff_dst, beta, compensate=not beta_exact, ordered=True
+        )
+    out = _math.sigmoid_times(
+        to_f32(src), to_f32(diff_dst), beta, compensate=False, ordered=False
+    )
+    return from_f32(out, dtype)
+
+
+def _softplus_backward_jvp(primals, tangents, *, beta_exact):
+    """Tangent of g * s(b x), with s the sigmoid and s' = s(t) s(-t).
+
+    d/dg is the op itself (it is linear in g); d/dx and d/db share
+    g * s(t) * s(-t) * (b dx + x db), formed as two nested binds so that the
+    tiny factor s(-t) keeps its relative accuracy.
+    """
+    src, diff_dst, beta = primals
+    src_dot, diff_dst_dot, beta_dot = tangents
+    out = _bind(src, diff_dst, beta, beta_exact=beta_exact)
+    dtype = src.dtype
+    terms = []
+    if type(diff_dst_dot) is not ad.Zero:
+        terms.append(_bind(src, diff_dst_dot, beta, beta_exact=beta_exact))
+    w = None
+    if type(src_dot) is not ad.Zero:
+        w = beta.astype(dtype) * src_dot
+    if type(beta_dot) is not ad.Zero:
+        w_beta = src * beta_dot.astype(dtype)
+        w = w_beta if w is None else w + w_beta
+    if w is not None:
+        inner = _bind(src, diff_dst * w, -beta, beta_exact=beta_exact)
+        terms.append(_bind(src, inner, beta, beta_exact=beta_exact))
+    tangent = terms[0]
+    for term in terms[1:]:
+        tangent = tangent + term
+    return out, tangent
+
+
+def _softplus_backward_transpose(ct, src, diff_dst, beta, *, beta_exact):
+    """The op is linear in diff_dst only, and diagonal: its own transpose."""
+    assert not ad.is_undefined_primal(src)
+    assert not ad.is_undefined_primal(beta)
+    assert ad.is_undefined_primal(diff_dst)
+    if type(ct) is ad.Zero:
+        return None, None, None
+    return None, _bind(src, ct, beta, beta_exact=beta_exact), None
+
+
+def _softplus_backward_batch(args, dims, *, beta_exact):
+    """Batch every combination of mapped src, diff_dst and beta.
+
+    src and diff_dst share the output's batch axis (the first mapped one's);
+    an unmapped one is broadcast. A mapped beta is broadcast to the full
+    batched shape, which the kernel takes elementwise.
+    """
+    src, diff_dst, beta = args
+    src_dim, dd_dim, beta_dim = dims
+    size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
+    axis = src_dim if src_dim is not None else dd_dim
+    if axis is None:
+        axis = 0
+    shape = src.shape if src_dim is None else np.delete(src.shape, src_dim)
+    shape = tuple(int(n) for n in shape)
+    batched_shape = shape[:axis] + (size,) + shape[axis:]
+
+    def to_axis(x, d):
+        if d is None:
+            return lax.broadcast_in_dim(
+                x, batched_shape, [i for i in range(len(batched_shape)) if i != axis]
+            )
+        return jnp.moveaxis(x, d, axis)
+
+    src = to_axis(src, src_dim)
+    diff_dst = to_axis(diff_dst, dd_dim)
+    if beta_dim is not None and beta.ndim == 1:
+        # A 0-d beta mapped over: one value per example along `axis`.
+        beta = lax.broadcast_in_dim(beta, batched_shape, (axis,))
+    elif beta.ndim != 0:
+        beta = to_axis(beta, beta_dim)
+    return _bind(src, diff_dst, beta, beta_exact=beta_exact), axis
+
+
+softplus_backward_p.def_impl(_softplus_backward_impl)
+softplus_backward_p.def_abstract_eval(_softplus_backward_abstract_eval)
+mlir.register_lowering(
+    softplus_backward_p,
+    mlir.lower_fun(_softplus_backward_kernel, multiple_results=False),
+)
+ad.primitive_jvps[softplus_backward_p] = _softplus_backward_jvp
+ad.primitive_transposes[softplus_backward_p] = _softplus_backward_transpose
+_compat.register_batching_rule(softplus_backward_p, _softplus_backward_batch)

@@ -1,0 +1,127 @@
+"""The forward op, `softplus`, tied to the primitive through `jax.custom_vjp`."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+
+from jax_softplus import _math, _validate
+from jax_softplus._primitive import from_f32, softplus_backward_p, to_f32
+
+ArrayLike = Any
+
+
+@partial(jax.jit, static_argnames=("beta_exact",))
+def _softplus_kernel(x, beta, *, beta_exact):
+    if x.dtype == np.float64:
+        return _math.softplus_f64(x, beta)
+    if x.dtype == np.float32:
+        return _math.softplus_f32(x, beta, compensate=not beta_exact)
+    return from_f32(_math.softplus_f32(to_f32(x), beta, compensate=False), x.dtype)
+
+
+def _dbeta(beta_exact, x, beta, y):
+    """d softplus / d beta = (x sigmoid(beta x) - softplus(x)) / beta."""
+    x_sigmoid = softplus_backward_p.bind(x, x, beta, beta_exact=beta_exact)
+    return (x_sigmoid - y) / beta
+
+
+# The value itself carries a JVP: higher-order reverse mode differentiates a
+# custom_vjp's forward rule, and the kernel's floor/bitcast steps have no
+# useful derivative of their own.
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _softplus_value(beta_exact, x, beta):
+    return _softplus_kernel(x, beta, beta_exact=beta_exact)
+
+
+def _softplus_value_jvp(beta_exact, primals, tangents):
+    x, beta = primals
+    x_dot, beta_dot = tangents
+    y = _softplus_value(beta_exact, x, beta)
+    y_dot = jnp.zeros_like(y)
+    if type(x_dot) is not SymbolicZero:
+        y_dot = softplus_backward_p.bind(x, x_dot, beta, beta_exact=beta_exact)
+    if type(beta_dot) is not SymbolicZero:
+        cdtype = beta.dtype
+        xc = x.astype(cdtype)
+        yc = _softplus_value(beta_exact, xc, beta)
+        y_dot = y_dot + (_dbeta(beta_exact, xc, beta, yc) * beta_dot).astype(y.dtype)
+    return y, y_dot
+
+
+_softplus_value.defjvp(_softplus_value_jvp, symbolic_zeros=True)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _softplus(beta_exact, x, beta):
+    return _softplus_value(beta_exact, x, beta)
+
+
+def _softplus_fwd(beta_exact, x, beta):
+    y = _softplus_value(beta_exact, x.value, beta.value)
+    # The residuals' structure carries whether beta needs a cotangent.
+    return y, (x.value, beta.value, beta.value if beta.perturbed else None)
+
+
+def _softplus_bwd(beta_exact, res, g):
+    x, beta, beta_perturbed = res
+    if type(g) is SymbolicZero:
+        return None, None
+    dx = softplus_backward_p.bind(x, g, beta, beta_exact=beta_exact)
+    if beta_perturbed is None:
+        return dx, None
+    # In the compute dtype, so that bf16/f16 rounding of y does not enter the
+    # difference x sigmoid(beta x) - y.
+    cdtype = beta.dtype
+    xc = x.astype(cdtype)
+    yc = _softplus_value(beta_exact, xc, beta)
+    return dx, jnp.sum(g.astype(cdtype) * _dbeta(beta_exact, xc, beta, yc))
+
+
+_softplus.defvjp(_softplus_fwd, _softplus_bwd, symbolic_zeros=True)
+
+
+def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
+    r"""SoftPlus, $\frac{1}{\beta}\log\left(1 + e^{\beta x}\right)$.
+
+    Computed as $[\beta x > 0]\,x + \log\!\left(1 + e^{-|\beta x|}\right)/\beta$:
+    it never overflows, keeps full relative accuracy where $\beta x \ll 0$,
+    and is accurate to about 2 ulp in float32 for any beta. bfloat16 and
+    float16 are computed in float32 and rounded once.
+
+    Its gradient is a `jax.custom_vjp` whose backward pass binds
+    `softplus_backward_p` once for `x`. When `beta` is differentiated too it
+    gets $\partial/\partial\beta = (x\,\sigma(\beta x) - \mathrm{softplus}(x))/\beta$,
+    summed over `x`; when it is not, that cotangent costs nothing.
+    Reverse mode only: `jax.jvp` and `jax.hessian` of a `custom_vjp`
+    function raise; use `jax.jacrev(jax.jacrev(f))` for Hessians.
+
+    Args:
+      x: float32, bfloat16 or float16 array (float64 with `jax_enable_x64`).
+      beta: a nonzero real scalar, default 1.0; may be traced and
+        differentiated.
+
+    Returns:
+      An array with the shape and dtype of `x`.
+
+    Raises:
+      TypeError: `x` of a non-float dtype, or a `beta` that is not real.
+      ValueError: a non-scalar `beta`, or a concrete `beta` that is 0, NaN,
+        infinite or beyond the float32 range.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jax_softplus import softplus
+      >>> softplus(jnp.array([-20.0, 0.0, 100.0]))
+      Array([2.0611537e-09, 6.9314718e-01, 1.0000000e+02], dtype=float32)
+      >>> jax.grad(lambda x: softplus(x, 2.0))(0.0)
+      Array(0.5, dtype=float32, weak_type=True)
+    """
+    x = _validate.operand("x", x)
+    beta, beta_exact = _validate.beta(beta, x.dtype, forward=True)
+    return _softplus(beta_exact, x, beta)

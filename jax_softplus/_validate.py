@@ -1,0 +1,159 @@
+"""Input checks and dtype policy, applied once at the public boundary.
+
+Everything here runs at trace time, on shapes and dtypes (and on the value
+of a concrete beta), so the same error is raised eagerly and under `jit`,
+`vmap` and `grad`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+_F32 = jnp.dtype(jnp.float32)
+_F64 = jnp.dtype(jnp.float64)
+
+
+def data_dtypes() -> tuple[np.dtype, ...]:
+    """The accepted data dtypes under the current x64 setting."""
+    base = (_F32, *_HALF)
+    return (*base, _F64) if jax.config.jax_enable_x64 else base
+
+
+def _accepted() -> str:
+    return ", ".join(d.name for d in data_dtypes())
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype the math runs in: float64 for float64 data, else float32."""
+    return _F64 if dtype == _F64 else _F32
+
+
+def _is_python_scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _dtype_of(name: str, value: Any) -> np.dtype:
+    """The canonical dtype `value` would have as a JAX array, or an error."""
+    if isinstance(value, jax.Array):
+        if not isinstance(value, jax.core.Tracer) and value.is_deleted():
+            raise ValueError(
+                f"{name} is a deleted array: its buffer was donated to an "
+                "earlier call (softplus_backward_inplace donates diff_dst). "
+                "Pass a live array."
+            )
+        dtype = value.dtype
+    elif isinstance(value, (np.ndarray, np.generic)):
+        dtype = value.dtype
+    elif isinstance(value, (list, tuple)):
+        try:
+            dtype = np.asarray(value).dtype
+        except ValueError as err:  # ragged nesting
+            raise ValueError(
+                f"{name} is a nested sequence that is not rectangular ({err}); "
+                "pass an array."
+            ) from None
+    else:
+        raise TypeError(
+            f"{name} must be an array of dtype {_accepted()}, got "
+            f"{type(value).__name__} {value!r:.60}."
+        )
+    dtype = np.dtype(dtype)
+    if dtype not in (_F32, _F64, *_HALF):
+        raise TypeError(
+            f"{name} has dtype {dtype}; softplus accepts {_accepted()} and does "
+            "not promote other dtypes (cast explicitly, e.g. x.astype(jnp.float32))."
+        )
+    # float64 becomes float32 unless x64 is on, as everywhere in JAX.
+    return jax.dtypes.canonicalize_dtype(dtype)
+
+
+def operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.Array:
+    """Check one data operand and return it as a JAX array.
+
+    A Python float takes `dtype` (the other operand's), else the default
+    float dtype.
+    """
+    if _is_python_scalar(value):
+        target = dtype if dtype is not None else jax.dtypes.canonicalize_dtype(float)
+        return jnp.asarray(value, target)
+    return jnp.asarray(value, _dtype_of(name, value))
+
+
+def operand_pair(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array]:
+    """Check `src` and `diff_dst`: one float dtype, one shape."""
+    if _is_python_scalar(src) and not _is_python_scalar(diff_dst):
+        diff_dst = operand("diff_dst", diff_dst)
+        src = operand("src", src, diff_dst.dtype)
+    else:
+        src = operand("src", src)
+        diff_dst = operand("diff_dst", diff_dst, src.dtype)
+    if src.dtype != diff_dst.dtype:
+        raise TypeError(
+            f"src and diff_dst must have one dtype, got src {src.dtype} and "
+            f"diff_dst {diff_dst.dtype}; cast one of them (oneDNN's "
+            "SoftPlusBackward takes f32/f32, bf16/bf16 or f16/f16)."
+        )
+    if src.shape != diff_dst.shape:
+        raise ValueError(
+            f"src and diff_dst must have one shape, got src {src.shape} and "
+            f"diff_dst {diff_dst.shape}; there is no broadcasting, as in oneDNN."
+        )
+    return src, diff_dst
+
+
+def _is_real_dtype(dtype: Any) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype != np.bool_ and (
+        jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+    )
+
+
+def beta(value: Any, data_dtype: np.dtype, *, forward: bool) -> tuple[jax.Array, bool]:
+    """Check `beta` and return it as a 0-d array of the compute dtype.
+
+    Also returns whether `beta * x` is known at trace time to be exact (beta
+    is a concrete power of two, or zero), which lets the lowering skip the
+    error-free product.
+    """
+    cdtype = compute_dtype(data_dtype)
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value)
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)):
+        if not _is_real_dtype(value.dtype):
+            raise TypeError(
+                f"beta must be a real scalar, got an array of dtype {value.dtype}."
+            )
+        if value.ndim != 0:
+            raise ValueError(
+                f"beta must be a scalar (0-d), got shape {value.shape}; for a "
+                "per-example beta, jax.vmap over a scalar beta."
+            )
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            "beta must be a real scalar (a Python float or a 0-d float array), "
+            f"got {type(value).__name__} {value!r:.60}."
+        )
+    if isinstance(value, jax.core.Tracer):
+        return value.astype(cdtype), False
+    concrete = float(np.asarray(value, np.float64))
+    limit = float(jnp.finfo(cdtype).max)
+    if not np.isfinite(concrete) or abs(concrete) > limit:
+        raise ValueError(
+            f"beta must be finite and representable in {cdtype.name} "
+            f"(|beta| <= {limit:.4g}), got {concrete!r}."
+        )
+    if forward and concrete == 0.0:
+        raise ValueError(
+            "softplus with beta = 0 diverges ((1/beta) log(1 + exp(beta x)) -> inf); "
+            "use a nonzero beta. softplus_backward accepts beta = 0 and returns "
+            "0.5 * diff_dst."
+        )
+    mantissa = np.frexp(np.asarray(concrete, cdtype))[0]
+    exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
+    return jnp.asarray(concrete, cdtype), exact
