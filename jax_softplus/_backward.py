@@ -59,7 +59,17 @@ def softplus_backward(
     return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
 
 
+def _validated(src, diff_dst, beta):
+    src, diff_dst = _validate.operand_pair(src, diff_dst)
+    beta, _ = _validate.beta(beta, src.dtype, forward=False)
+    return src, diff_dst, beta
+
+
 @partial(jax.jit, donate_argnames=("diff_dst",))
+def _inplace_jit(src, diff_dst, beta):
+    return softplus_backward(src, diff_dst, beta)
+
+
 def softplus_backward_inplace(
     src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
 ) -> jax.Array:
@@ -67,14 +77,27 @@ def softplus_backward_inplace(
 
     This is oneDNN's in-place mode, expressed as buffer donation under
     `jax.jit`: XLA aliases the output to `diff_dst`'s buffer, so no array is
-    allocated. On the CPU that also avoids the page faults of a fresh
-    output, several times the cost of the arithmetic for large arrays.
+    allocated. On the CPU that also avoids the page faults of a fresh output,
+    which cost several times the arithmetic for large arrays.
 
     After the call `diff_dst` is deleted (`diff_dst.is_deleted()` is true),
-    whether it was passed by position or by keyword; use the returned array.
-    `beta` is traced: new values do not recompile.
+    whether it was passed by position or by keyword: use the returned array.
+    The arguments are validated before the jitted call, so a concrete bad
+    `beta` (NaN, inf, 1e40) is rejected although `beta` is then traced: a new
+    value does not recompile. Like any jitted function it has `.lower(...)`.
 
-    Args, raises: as `softplus_backward`.
+    Args:
+      src: as in `softplus_backward`.
+      diff_dst: as in `softplus_backward`; donated. A NumPy array is copied
+        to the device first, and that copy is what is donated.
+      beta: as in `softplus_backward`.
+
+    Returns:
+      `diff_src`, in `diff_dst`'s former buffer.
+
+    Raises:
+      TypeError, ValueError: as `softplus_backward`, including for a
+        `diff_dst` that an earlier call already donated.
 
     Example:
       >>> import jax.numpy as jnp
@@ -84,4 +107,12 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    return softplus_backward(src, diff_dst, beta)
+    return _inplace_jit(*_validated(src, diff_dst, beta))
+
+
+def _lower(src, diff_dst, beta=1.0):
+    return _inplace_jit.lower(*_validated(src, diff_dst, beta))
+
+
+softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]
+softplus_backward_inplace._cache_size = _inplace_jit._cache_size  # type: ignore[attr-defined]

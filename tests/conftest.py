@@ -1,0 +1,19 @@
+"""Test configuration: strict promotion, so silent broadcasting or dtype
+promotion inside the library fails loudly here."""
+
+import jax
+import pytest
+
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture
+def x64():
+    """Run a test with float64 enabled, restoring the previous setting."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)

@@ -1,0 +1,137 @@
+"""softplus_backward numerics against a float64 reference, and edge cases."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    BETAS,
+    DTYPES,
+    ULP_BOUND,
+    backward_ref,
+    f64,
+    max_ulp,
+    random_dd,
+    random_src,
+)
+
+from jax_softplus import softplus_backward, softplus_backward_inplace
+
+N = 20_000
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("beta", (*BETAS, 0.0, 1.7, 0.1))
+def test_matches_float64_reference(dtype, beta):
+    rng = np.random.default_rng(abs(hash((np.dtype(dtype).name, beta))) % 2**32)
+    src = random_src(rng, N, beta, dtype)
+    dd = random_dd(rng, N, dtype)
+    got = softplus_backward(src, dd, beta)
+    assert got.dtype == dtype and got.shape == src.shape
+    err = max_ulp(got, backward_ref(src, dd, beta), dtype)
+    assert err <= ULP_BOUND[np.dtype(dtype)], err
+
+
+@pytest.mark.parametrize("beta", (1.0, 1.7, -2.5, 0.1))
+def test_float32_tail_where_sigmoid_underflows(beta):
+    # beta * src in [-103, -87.5]: sigmoid is below float32's normal range,
+    # diff_dst * sigmoid is not.
+    rng = np.random.default_rng(7)
+    src = random_src(rng, N, beta, jnp.float32, (-103.0, -87.5))
+    dd = jnp.asarray(rng.uniform(1.0, 1e6, N).astype(np.float32))
+    ref = backward_ref(src, dd, beta)
+    assert np.mean(np.abs(ref) >= np.finfo(np.float32).tiny) > 0.5
+    assert max_ulp(softplus_backward(src, dd, beta), ref, jnp.float32) <= 2.5
+
+
+def test_issue_example_in_the_tail():
+    got = softplus_backward(jnp.float32(-90.0), jnp.float32(1000.0))
+    ref = 1000.0 * np.exp(-90.0) / (1 + np.exp(-90.0))
+    np.testing.assert_allclose(float(got), ref, rtol=3e-7)
+    assert float(got) > 8e-37
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_beta_zero_gives_half(dtype):
+    dd = random_dd(np.random.default_rng(0), 64, dtype)
+    big = float(jnp.finfo(dtype).max) / 2
+    src = jnp.linspace(-big, big, 64).astype(dtype)
+    got = softplus_backward(src, dd, 0.0)
+    np.testing.assert_array_equal(f64(got), f64(dd) * 0.5)
+
+
+def test_nan_propagates_and_sigmoid_limits():
+    src = jnp.array([jnp.nan, 1.0, jnp.inf, -jnp.inf, jnp.inf, -jnp.inf])
+    dd = jnp.array([1.0, jnp.nan, 2.0, 2.0, jnp.inf, jnp.inf])
+    got = np.asarray(softplus_backward(src, dd))
+    np.testing.assert_array_equal(got[:4], [np.nan, np.nan, 2.0, 0.0])
+    assert got[4] == np.inf  # inf * sigmoid(inf) = inf * 1
+    assert np.isnan(got[5])  # inf * sigmoid(-inf) = inf * 0
+
+
+@pytest.mark.parametrize("beta", (1.0, -1.0, 1e-20, 1e20))
+def test_huge_arguments_never_nan_or_overflow(beta):
+    with np.errstate(over="ignore"):
+        src = np.float32([-1e30, -1e10, 1e10, 1e30]) / np.float32(beta)
+    src = jnp.asarray(np.where(np.isfinite(src), src, 0.0))
+    dd = jnp.full(4, 3.0)
+    got = np.asarray(softplus_backward(src, dd, beta))
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, backward_ref(src, dd, beta), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2), (1,), (2, 3, 4)])
+def test_shapes(shape):
+    src = jnp.full(shape, 0.5)
+    got = softplus_backward(src, jnp.ones(shape), 2.0)
+    assert got.shape == shape and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, np.full(shape, 1 / (1 + np.exp(-1.0))), rtol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("beta", (1.0, 1.7, -2.5))
+def test_eager_jit_vmap_inplace_bitwise_identical(dtype, beta):
+    rng = np.random.default_rng(3)
+    src = random_src(rng, 4096, beta, dtype, (-120.0, 120.0)).reshape(64, 64)
+    dd = random_dd(rng, 4096, dtype, 1e3).reshape(64, 64)
+    eager = softplus_backward(src, dd, beta)
+    jitted = jax.jit(softplus_backward)(src, dd, beta)
+    mapped = jax.vmap(softplus_backward, in_axes=(0, 0, None))(src, dd, beta)
+    inplace = softplus_backward_inplace(src, jnp.array(dd, copy=True), beta)
+    for other in (jitted, mapped, inplace):
+        np.testing.assert_array_equal(
+            np.asarray(eager).view(np.uint8), np.asarray(other).view(np.uint8)
+        )
+
+
+@pytest.mark.parametrize("beta", (1.0, 0.5, -2.0, 4.0, 0.0, 2.0**-20))
+def test_exact_beta_shortcut_changes_no_bits(beta):
+    # A concrete power-of-two beta skips the error-free product; a traced one
+    # cannot. Both must give the same bits.
+    rng = np.random.default_rng(11)
+    src = random_src(rng, 1 << 16, beta or 1.0, jnp.float32, (-180.0, 180.0))
+    dd = random_dd(rng, 1 << 16, jnp.float32, 1e4)
+    concrete = softplus_backward(src, dd, beta)
+    traced = jax.jit(softplus_backward)(src, dd, jnp.float32(beta))
+    np.testing.assert_array_equal(
+        np.asarray(concrete).view(np.uint32), np.asarray(traced).view(np.uint32)
+    )
+
+
+def test_numpy_and_python_inputs_are_converted():
+    got = softplus_backward(np.array([0.0, 1.0]), [2.0, 2.0], np.float32(1.0))
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, 2 / (1 + np.exp([-0.0, -1.0])), rtol=1e-7)
+    assert softplus_backward(0.0, 4.0).shape == ()
+
+
+def test_float64_under_x64(x64):
+    rng = np.random.default_rng(5)
+    src = jnp.asarray(rng.uniform(-30, 30, 1000))
+    dd = jnp.asarray(rng.standard_normal(1000))
+    assert src.dtype == jnp.float64
+    got = softplus_backward(src, dd, 1.7)
+    assert got.dtype == jnp.float64
+    t = 1.7 * f64(src)  # beta stays float64 for float64 data
+    ref = f64(dd) / (1 + np.exp(-t))
+    np.testing.assert_allclose(got, ref, rtol=1e-14)

@@ -1,0 +1,79 @@
+"""In place: softplus_backward_inplace donates diff_dst under jax.jit."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import DTYPES
+
+from jax_softplus import softplus_backward, softplus_backward_inplace
+
+N = 1 << 16
+
+
+def _inputs(dtype):
+    rng = np.random.default_rng(0)
+    src = jnp.asarray(rng.uniform(-10, 10, N).astype(np.float32), dtype)
+    dd = jnp.asarray(rng.standard_normal(N).astype(np.float32), dtype)
+    return src, dd
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("keyword", (False, True))
+def test_diff_dst_is_donated_and_reused(dtype, keyword):
+    src, dd = _inputs(dtype)
+    want = softplus_backward(src, dd, 1.7).block_until_ready()
+    pointer = dd.unsafe_buffer_pointer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "donated buffers were not usable"
+        if keyword:
+            out = softplus_backward_inplace(src, diff_dst=dd, beta=1.7)
+        else:
+            out = softplus_backward_inplace(src, dd, 1.7)
+    assert dd.is_deleted()
+    assert not src.is_deleted()
+    assert out.unsafe_buffer_pointer() == pointer
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_memory_analysis_shows_alias_and_no_temporary(dtype):
+    src, dd = _inputs(dtype)
+    compiled = softplus_backward_inplace.lower(src, dd, 1.7).compile()
+    stats = compiled.memory_analysis()
+    assert stats.alias_size_in_bytes == dd.nbytes
+    assert stats.temp_size_in_bytes < dd.nbytes
+    hlo = compiled.as_text()
+    assert "input_output_alias" in hlo
+
+
+def test_new_beta_does_not_recompile():
+    src, _ = _inputs(jnp.float32)
+    before = softplus_backward_inplace._cache_size()
+    for beta in (0.5, 1.0, -2.0, 1.7, 0.0):
+        softplus_backward_inplace(src, jnp.ones(N), beta).block_until_ready()
+    assert softplus_backward_inplace._cache_size() - before <= 1
+    jitted = jax.jit(lambda s, d, b: softplus_backward(s, d, b))
+    for beta in (0.5, 1.0, -2.0):
+        jitted(src, src, beta)
+    assert jitted._cache_size() == 1
+
+
+def test_donated_array_cannot_be_reused():
+    src, dd = _inputs(jnp.float32)
+    softplus_backward_inplace(src, dd)
+    with pytest.raises(ValueError, match="diff_dst is a deleted array"):
+        softplus_backward(src, dd)
+    with pytest.raises(ValueError, match="deleted"):
+        softplus_backward_inplace(src, dd)
+    # The library is still usable afterwards.
+    out = softplus_backward(src, jnp.ones(N))
+    assert out.shape == (N,)
+
+
+def test_numpy_diff_dst_is_accepted():
+    src = np.zeros(8, np.float32)
+    out = softplus_backward_inplace(src, np.ones(8, np.float32))
+    np.testing.assert_array_equal(out, np.full(8, 0.5, np.float32))

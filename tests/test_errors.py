@@ -1,0 +1,105 @@
+"""Bad input: a clear TypeError or ValueError at trace time, naming the
+argument, what it got and what is accepted; the same under jit, vmap, grad."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+
+X = jnp.ones(4)
+
+# Each public entry point, run eagerly and through a transformation.
+BACKWARD_CALLS = {
+    "eager": softplus_backward,
+    "jit": jax.jit(softplus_backward),
+    "inplace": softplus_backward_inplace,
+}
+
+
+@pytest.mark.parametrize("call", BACKWARD_CALLS.values(), ids=BACKWARD_CALLS.keys())
+@pytest.mark.parametrize(
+    "src, dd, exc, pattern",
+    [
+        (jnp.ones(4, jnp.int32), X, TypeError, r"src has dtype int32; .*float32"),
+        (X, jnp.ones(4, bool), TypeError, r"diff_dst has dtype bool"),
+        (X, jnp.ones(4, jnp.complex64), TypeError, r"diff_dst has dtype complex64"),
+        (X.astype(jnp.float16), X, TypeError, r"src float16 and diff_dst float32"),
+        (X, jnp.ones(3), ValueError, r"src \(4,\) and diff_dst \(3,\)"),
+        (X, jnp.ones((4, 1)), ValueError, r"no broadcasting"),
+    ],
+)
+def test_operand_errors(call, src, dd, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call(src, dd, 1.0)
+
+
+@pytest.mark.parametrize(
+    "src, exc, pattern",
+    [
+        ("abc", TypeError, r"src must be an array .* got str"),
+        (None, TypeError, r"src must be an array .* got NoneType"),
+        ([[1.0, 2.0], [3.0]], ValueError, r"src is a nested sequence"),
+        ([1, 2, 3, 4], TypeError, r"src has dtype int64"),
+    ],
+)
+def test_non_array_operands(src, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        softplus_backward(src, X)
+
+
+@pytest.mark.parametrize(
+    "beta, exc, pattern",
+    [
+        (jnp.ones(2), ValueError, r"beta must be a scalar \(0-d\), got shape \(2,\)"),
+        ([1.0], ValueError, r"got shape \(1,\)"),
+        (1 + 2j, TypeError, r"beta must be a real scalar.* got complex"),
+        (jnp.complex64(1), TypeError, r"dtype complex64"),
+        ("2", TypeError, r"beta must be a real scalar .* got str"),
+        (None, TypeError, r"got NoneType"),
+        (True, TypeError, r"got bool"),
+        (float("nan"), ValueError, r"beta must be finite .* got nan"),
+        (float("inf"), ValueError, r"got inf"),
+        (-float("inf"), ValueError, r"got -inf"),
+        (1e40, ValueError, r"representable in float32 .* got 1e\+40"),
+    ],
+)
+@pytest.mark.parametrize("fn", (softplus_backward, softplus_backward_inplace))
+def test_beta_errors(fn, beta, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        fn(X, X, beta)
+
+
+def test_softplus_beta_zero_is_an_error_but_backward_accepts_it():
+    with pytest.raises(ValueError, match="beta = 0 diverges"):
+        softplus(X, 0.0)
+    np.testing.assert_array_equal(softplus_backward(X, X, 0.0), 0.5 * X)
+
+
+def test_softplus_errors():
+    with pytest.raises(TypeError, match="x has dtype int32"):
+        softplus(jnp.ones(3, jnp.int32))
+    with pytest.raises(ValueError, match="beta must be finite"):
+        softplus(X, float("nan"))
+
+
+def test_errors_are_the_same_under_vmap_and_grad():
+    with pytest.raises(TypeError, match="src float16 and diff_dst float32"):
+        jax.vmap(softplus_backward)(X.astype(jnp.float16), X)
+    with pytest.raises(ValueError, match="beta must be finite"):
+        jax.grad(lambda x: softplus_backward(x, x, float("inf")).sum())(X)
+    with pytest.raises(TypeError, match="x has dtype int32"):
+        jax.grad(lambda x: softplus(x.astype(jnp.int32)).sum())(X)
+
+
+def test_float64_without_x64_is_canonicalised_like_jax():
+    out = softplus_backward(np.ones(3), np.ones(3))
+    assert out.dtype == jnp.float32
+
+
+def test_library_state_survives_errors():
+    for bad in (jnp.ones(4, jnp.int32), "x", None):
+        with pytest.raises((TypeError, ValueError)):
+            softplus_backward(bad, X)
+    np.testing.assert_allclose(softplus_backward(X, X), 1 / (1 + np.exp(-1.0)))

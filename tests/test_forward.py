@@ -1,0 +1,74 @@
+"""softplus numerics against a float64 reference, and edge cases."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import BETAS, DTYPES, ULP_BOUND, f64, max_ulp, random_src, softplus_ref
+
+from jax_softplus import softplus
+
+N = 20_000
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("beta", (*BETAS, 1.7, 0.1, 7.3))
+def test_matches_float64_reference(dtype, beta):
+    rng = np.random.default_rng(abs(hash((np.dtype(dtype).name, beta))) % 2**32)
+    x = random_src(rng, N, beta, dtype, (-40.0, 40.0))
+    got = softplus(x, beta)
+    assert got.dtype == dtype and got.shape == x.shape
+    err = max_ulp(got, softplus_ref(x, beta), dtype)
+    assert err <= ULP_BOUND[np.dtype(dtype)], err
+
+
+@pytest.mark.parametrize("beta", (1.0, 0.1, 0.01, -0.01))
+def test_float32_far_negative_tail_keeps_relative_accuracy(beta):
+    # softplus ~ exp(beta x) / beta: normal for small |beta| even where
+    # exp(beta x) itself is below float32's normal range.
+    rng = np.random.default_rng(2)
+    x = random_src(rng, N, beta, jnp.float32, (-150.0, -60.0))
+    ref = softplus_ref(x, beta)
+    assert np.any(np.abs(ref) >= np.finfo(np.float32).tiny)
+    assert max_ulp(softplus(x, beta), ref, jnp.float32) <= 2.5
+
+
+def test_no_overflow_for_large_arguments():
+    x = jnp.array([-1e30, -1e4, 89.0, 1e4, 1e30, 3e38])
+    got = np.asarray(softplus(x))
+    np.testing.assert_array_equal(got, np.float32([0.0, 0.0, 89.0, 1e4, 1e30, 3e38]))
+    got = np.asarray(softplus(x, -1.0))
+    np.testing.assert_array_equal(got, np.float32([-1e30, -1e4, 0.0, 0.0, 0.0, 0.0]))
+
+
+def test_specials():
+    x = jnp.array([jnp.nan, jnp.inf, -jnp.inf, 0.0])
+    got = np.asarray(softplus(x))
+    assert np.isnan(got[0])
+    np.testing.assert_array_equal(
+        got[1:], [np.inf, 0.0, np.log(2.0).astype(np.float32)]
+    )
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (2, 0), (5,), (2, 3, 4)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_shape_and_dtype_preserved(shape, dtype):
+    x = jnp.zeros(shape, dtype)
+    got = softplus(x, 2.0)
+    assert got.shape == shape and got.dtype == dtype
+
+
+def test_jit_matches_eager_bitwise():
+    x = random_src(np.random.default_rng(1), 4096, 1.7, jnp.float32, (-100, 100))
+    eager = softplus(x, 1.7)
+    jitted = jax.jit(softplus)(x, 1.7)
+    np.testing.assert_array_equal(np.asarray(eager), np.asarray(jitted))
+
+
+def test_float64_under_x64(x64):
+    x = jnp.linspace(-50.0, 50.0, 1001)
+    assert x.dtype == jnp.float64
+    got = softplus(x, 1.7)
+    assert got.dtype == jnp.float64
+    ref = np.logaddexp(0.0, 1.7 * f64(x)) / 1.7
+    np.testing.assert_allclose(got, ref, rtol=1e-14)
