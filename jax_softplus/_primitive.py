@@ -88,9 +88,7 @@ def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact):
         return _math.sigmoid_times(
             src, diff_dst, beta, compensate=not beta_exact, ordered=True
         )
-    out = _math.sigmoid_times(
-        to_f32(src), to_f32(diff_dst), beta, compensate=False, ordered=False
-    )
+    out = _math.sigmoid_times_half(to_f32(src), to_f32(diff_dst), beta)
     return from_f32(out, dtype)
 
 

@@ -82,7 +82,10 @@ def operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.Array:
     if _is_python_scalar(value):
         target = dtype if dtype is not None else jax.dtypes.canonicalize_dtype(float)
         return jnp.asarray(value, target)
-    return jnp.asarray(value, _dtype_of(name, value))
+    dtype = _dtype_of(name, value)
+    if isinstance(value, jax.Array) and value.dtype == dtype:
+        return value  # the common case: no conversion, no copy
+    return jnp.asarray(value, dtype)
 
 
 def operand_pair(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array]:
@@ -114,8 +117,11 @@ def _is_real_dtype(dtype: Any) -> bool:
     )
 
 
-def beta(value: Any, data_dtype: np.dtype, *, forward: bool) -> tuple[jax.Array, bool]:
-    """Check `beta` and return it as a 0-d array of the compute dtype.
+def beta(
+    value: Any, data_dtype: np.dtype, *, forward: bool
+) -> tuple[jax.Array | np.ndarray, bool]:
+    """Check `beta` and return it as a 0-d array (NumPy if concrete) of the
+    compute dtype.
 
     Also returns whether `beta * x` is known at trace time to be exact (beta
     is a concrete power of two, or zero), which lets the lowering skip the
@@ -141,6 +147,7 @@ def beta(value: Any, data_dtype: np.dtype, *, forward: bool) -> tuple[jax.Array,
         )
     if isinstance(value, jax.core.Tracer):
         return value.astype(cdtype), False
+    # A concrete jax.Array is read back once (a scalar transfer) to be checked.
     concrete = float(np.asarray(value, np.float64))
     limit = float(jnp.finfo(cdtype).max)
     if not np.isfinite(concrete) or abs(concrete) > limit:
@@ -154,6 +161,7 @@ def beta(value: Any, data_dtype: np.dtype, *, forward: bool) -> tuple[jax.Array,
             "use a nonzero beta. softplus_backward accepts beta = 0 and returns "
             "0.5 * diff_dst."
         )
-    mantissa = np.frexp(np.asarray(concrete, cdtype))[0]
+    checked = np.asarray(concrete, cdtype)  # host scalar: no device transfer yet
+    mantissa = np.frexp(checked)[0]
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
-    return jnp.asarray(concrete, cdtype), exact
+    return checked, exact

@@ -1,0 +1,421 @@
+"""Accuracy measurement: `python -m jax_softplus.accuracy`.
+
+Prints the max and mean error in ulps of the result's dtype, per op x dtype
+x beta x input region, for jax_softplus and, in the same run, for the
+anchors: the naive `diff_dst * sigmoid(beta * src)` under XLA,
+`jax.vjp(jax.nn.softplus)`, and PyTorch's `softplus_backward` / `softplus`
+when torch is installed. The reference is float64 NumPy, computed from the
+rounded inputs; a sample of it is checked against mpmath at 50 digits.
+
+Only inputs whose exact result is a normal number of the dtype count: XLA
+on CPU flushes subnormal results to zero.
+
+The reference functions here are also what the test suite measures against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_softplus import softplus, softplus_backward
+
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
+
+
+# --- float64 references -----------------------------------------------------
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def _beta64(beta, dtype) -> np.float64:
+    """beta as the library uses it: rounded to float32 unless data is f64."""
+    if np.dtype(dtype) == np.float64:
+        return np.float64(beta)
+    return np.float64(np.float32(beta))
+
+
+def sigmoid_ref(t: np.ndarray) -> np.ndarray:
+    """Float64 sigmoid, stable on both sides."""
+    with np.errstate(over="ignore", under="ignore"):
+        e = np.exp(-np.abs(t))
+        return np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def backward_ref(src, diff_dst, beta) -> np.ndarray:
+    """diff_dst * sigmoid(beta * src) in float64, from the rounded inputs.
+
+    Where float64's own exp underflows (t < -700) the product is formed in
+    logs, so that a huge diff_dst times a tiny sigmoid stays right.
+    """
+    s, d = _f64(src), _f64(diff_dst)
+    b = _beta64(beta, np.asarray(src).dtype)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        t = b * s
+        out = d * sigmoid_ref(t)
+        deep = np.isfinite(t) & (t < -700) & np.isfinite(d) & (d != 0)
+        logmag = np.log(np.abs(np.where(deep, d, 1.0))) + np.where(deep, t, 0.0)
+        return np.where(deep, np.sign(d) * np.exp(logmag), out)
+
+
+def softplus_ref(x, beta) -> np.ndarray:
+    """(1/beta) log(1 + exp(beta x)) in float64, from the rounded input."""
+    xs = _f64(x)
+    b = _beta64(beta, np.asarray(x).dtype)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        t = b * xs
+        part = np.log1p(np.exp(-np.abs(t))) / b
+        return np.where(t > 0, xs + part, part)
+
+
+def ulp_error(got, ref, dtype) -> np.ndarray:
+    """|got - ref| in ulps of `dtype` at `ref`, where `ref` is a normal number.
+
+    Returns an empty array when no reference value is normal.
+    """
+    info = jnp.finfo(np.dtype(dtype))
+    got, ref = _f64(got).ravel(), np.asarray(ref, np.float64).ravel()
+    normal = np.isfinite(ref) & (np.abs(ref) >= float(info.tiny))
+    normal &= np.abs(ref) <= float(info.max)
+    exponent = np.frexp(ref[normal])[1] - 1
+    ulp = np.ldexp(1.0, exponent - info.nmant)
+    with np.errstate(invalid="ignore"):
+        return np.abs(got[normal] - ref[normal]) / ulp
+
+
+# --- inputs -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    t_range: tuple[float, float]  # of beta * src
+    dd_range: tuple[float, float]  # of |diff_dst| (backward only)
+
+
+REGIONS = {
+    "core": Region("core [-87, 87]", (-87.0, 87.0), (0.5, 2.0)),
+    "tail": Region("tail [-103, -87.5]", (-103.0, -87.5), (1.0, 1e6)),
+    "far": Region("far [-175, -60]", (-175.0, -60.0), (1.0, 1e30)),
+}
+
+
+def _inputs(n, beta, dtype, region, rng):
+    t = rng.uniform(*region.t_range, n)
+    src = (t / (beta if beta != 0 else 1.0)).astype(np.float32)
+    lo, hi = region.dd_range
+    dd = np.exp(rng.uniform(np.log(lo), np.log(hi), n)) * rng.choice([-1.0, 1.0], n)
+    return jnp.asarray(src, dtype), jnp.asarray(dd.astype(np.float32), dtype)
+
+
+# --- implementations ------------------------------------------------------------
+
+
+def _backward_impls(dtype) -> dict[str, Callable]:
+    def naive(src, dd, beta):
+        f32 = jnp.float32
+        out = dd.astype(f32) * jax.nn.sigmoid(jnp.float32(beta) * src.astype(f32))
+        return out.astype(dd.dtype)
+
+    def nn_vjp(src, dd, beta):
+        f = lambda x: jax.nn.softplus(beta * x) / beta  # noqa: E731
+        return jax.vjp(f, src)[1](dd)[0]
+
+    impls = {
+        "jax_softplus": jax.jit(softplus_backward),
+        "naive XLA": jax.jit(naive),
+        "jax.vjp(jax.nn.softplus)": jax.jit(nn_vjp),
+    }
+    torch = _torch()
+    if torch is not None:
+
+        def torch_bwd(src, dd, beta):
+            ts, td = _to_torch(torch, src), _to_torch(torch, dd)
+            out = torch.ops.aten.softplus_backward(td, ts, float(beta), 20.0)
+            return _from_torch(out, dtype)
+
+        impls["torch softplus_backward"] = torch_bwd
+    return impls
+
+
+def _forward_impls(dtype) -> dict[str, Callable]:
+    def nn_softplus(x, beta):
+        return jax.nn.softplus(beta * x) / beta
+
+    impls = {
+        "jax_softplus": jax.jit(softplus),
+        "jax.nn.softplus": jax.jit(nn_softplus),
+    }
+    torch = _torch()
+    if torch is not None:
+
+        def torch_fwd(x, beta):
+            out = torch.nn.functional.softplus(_to_torch(torch, x), float(beta), 20.0)
+            return _from_torch(out, dtype)
+
+        impls["torch softplus"] = torch_fwd
+    return impls
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _to_torch(torch, x):
+    dt = {
+        np.dtype(jnp.float32): torch.float32,
+        np.dtype(jnp.bfloat16): torch.bfloat16,
+        np.dtype(jnp.float16): torch.float16,
+    }[np.dtype(x.dtype)]
+    return torch.from_numpy(np.array(x.astype(jnp.float32))).to(dt)
+
+
+def _from_torch(t, dtype):
+    return jnp.asarray(t.float().numpy(), dtype)
+
+
+# --- measurement ----------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    op: str
+    dtype: str
+    beta: float
+    region: str
+    impl: str
+    max_ulp: float
+    mean_ulp: float
+    count: int
+
+
+def _regions_for(op, dt):
+    if dt == "f16":
+        # float16 results are normal only for |t| below about 20.
+        return [Region("core [-20, 20]", (-20.0, 20.0), (0.5, 2.0))]
+    if op == "backward":
+        return [REGIONS["core"], REGIONS["tail"]]
+    return [REGIONS["core"], REGIONS["far"]]
+
+
+def measure(n=200_000, dtypes=("f32", "bf16", "f16"), betas=BETAS, seed=0, log=None):
+    rng = np.random.default_rng(seed)
+    results = []
+    for dt in dtypes:
+        dtype = DTYPES[dt]
+        impls = {"backward": _backward_impls(dtype), "forward": _forward_impls(dtype)}
+        for beta in betas:
+            for op in ("backward", "forward"):
+                for region in _regions_for(op, dt):
+                    if log:
+                        log(f"{op} {dt} beta={beta} {region.name}")
+                    src, dd = _inputs(n, beta, dtype, region, rng)
+                    if op == "backward":
+                        ref = backward_ref(src, dd, beta)
+                        calls = {k: (f, (src, dd, beta)) for k, f in impls[op].items()}
+                    else:
+                        ref = softplus_ref(src, beta)
+                        calls = {k: (f, (src, beta)) for k, f in impls[op].items()}
+                    for name, (f, args) in calls.items():
+                        err = ulp_error(f(*args), ref, dtype)
+                        if not err.size:
+                            continue
+                        results.append(
+                            Result(
+                                op,
+                                dt,
+                                beta,
+                                region.name,
+                                name,
+                                float(np.nanmax(err)),
+                                float(np.nanmean(err)),
+                                int(err.size),
+                            )
+                        )
+    return results
+
+
+def mpmath_spot_check(n=200, seed=1):
+    """Check the float64 reference and jax_softplus (f32) against mpmath.
+
+    Returns the max error, in float32 ulps, of each against 50-digit values,
+    over `n` points per op spread across the core and tail regions.
+    """
+    import mpmath
+
+    mpmath.mp.dps = 50
+    rng = np.random.default_rng(seed)
+    worst = {"backward: float64 reference": 0.0, "backward: jax_softplus": 0.0}
+    worst |= {"forward: float64 reference": 0.0, "forward: jax_softplus": 0.0}
+    for beta in (1.0, 1.7, -2.5):
+        for region in (REGIONS["core"], REGIONS["tail"]):
+            src, dd = _inputs(n, beta, jnp.float32, region, rng)
+            s, d = np.asarray(src, np.float64), np.asarray(dd, np.float64)
+            b = mpmath.mpf(float(np.float32(beta)))
+            exact_b = np.array(
+                [
+                    float(mpmath.mpf(di) / (1 + mpmath.exp(-b * si)))
+                    for si, di in zip(s, d, strict=True)
+                ]
+            )
+            exact_f = np.array(
+                [float(mpmath.log1p(mpmath.exp(b * si)) / b) for si in s]
+            )
+            pairs = {
+                "backward: float64 reference": (backward_ref(src, dd, beta), exact_b),
+                "backward: jax_softplus": (softplus_backward(src, dd, beta), exact_b),
+                "forward: float64 reference": (softplus_ref(src, beta), exact_f),
+                "forward: jax_softplus": (softplus(src, beta), exact_f),
+            }
+            for key, (got, exact) in pairs.items():
+                err = ulp_error(got, exact, jnp.float32)
+                if err.size:
+                    worst[key] = max(worst[key], float(err.max()))
+    return worst
+
+
+def print_table(results, file=None):
+    file = sys.stdout if file is None else file
+    head = (
+        f"{'op':8} {'dtype':5} {'beta':>5} {'region':20} {'implementation':26} "
+        f"{'max ulp':>10} {'mean ulp':>9}"
+    )
+    print(head, file=file)
+    print("-" * len(head), file=file)
+    for r in results:
+        print(
+            f"{r.op:8} {r.dtype:5} {r.beta:5.2g} {r.region:20} {r.impl:26} "
+            f"{r.max_ulp:10.2f} {r.mean_ulp:9.3f}",
+            file=file,
+        )
+
+
+def markdown_summary(results) -> str:
+    """Max ulp per dtype x beta x region, one table per op, one column per
+    implementation (the tables in docs/accuracy.md)."""
+    out = []
+    for op in ("backward", "forward"):
+        rows = [r for r in results if r.op == op]
+        impls = list(dict.fromkeys(r.impl for r in rows))
+        cells: dict = {}
+        for r in rows:
+            cells.setdefault((r.dtype, r.beta, r.region), {})[r.impl] = r.max_ulp
+        out.append(f"**{op}**, max error in ulps\n")
+        out.append("| dtype | beta | region | " + " | ".join(impls) + " |")
+        out.append("|---|---:|---|" + "---:|" * len(impls))
+        for (dt, beta, region), row in cells.items():
+            vals = [row.get(i) for i in impls]
+            txt = [
+                "" if v is None else f"{v:.3g}" if v < 1e4 else f"{v:.1e}" for v in vals
+            ]
+            out.append(f"| {dt} | {beta:g} | {region} | " + " | ".join(txt) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def plot(path, beta=1.7, n=400_000, bins=200, seed=0):
+    """Max ulp error per bin of beta * src, f32 backward, us and the anchors."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(seed)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    panels = (
+        ("backward", Region("", (-103.0, 87.0), (1.0, 1e6))),
+        ("forward", Region("", (-100.0, 87.0), (1.0, 1.0))),
+    )
+    for ax, (op, region) in zip(axes, panels, strict=True):
+        src, dd = _inputs(n, beta, jnp.float32, region, rng)
+        t = np.float64(np.float32(beta)) * np.asarray(src, np.float64)
+        if op == "backward":
+            ref, impls = backward_ref(src, dd, beta), _backward_impls(jnp.float32)
+            args = (src, dd, beta)
+        else:
+            ref, impls = softplus_ref(src, beta), _forward_impls(jnp.float32)
+            args = (src, beta)
+        edges = np.linspace(*region.t_range, bins + 1)
+        for name, f in impls.items():
+            got = _f64(f(*args))
+            info = jnp.finfo(jnp.float32)
+            ok = np.isfinite(ref) & (np.abs(ref) >= float(info.tiny))
+            ulp = np.ldexp(1.0, np.frexp(np.where(ok, ref, 1.0))[1] - 1 - info.nmant)
+            err = np.where(ok, np.abs(got - ref) / ulp, np.nan)
+            idx = np.clip(np.digitize(t, edges) - 1, 0, bins - 1)
+            worst = np.full(bins, np.nan)
+            for i in range(bins):
+                sel = err[idx == i]
+                sel = sel[np.isfinite(sel)]
+                if sel.size:
+                    worst[i] = sel.max()
+            centers = 0.5 * (edges[1:] + edges[:-1])
+            ax.semilogy(centers, np.maximum(worst, 1e-2), label=name, lw=1.2)
+        ax.axhline(2.5, color="k", ls=":", lw=0.8)
+        ax.set_xlabel("beta * src")
+        ax.set_title(f"{op}, float32, beta = {beta}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("max error per bin (ulp); dotted: 2.5")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m jax_softplus.accuracy", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("-n", type=int, default=200_000, help="samples per cell")
+    p.add_argument("--dtypes", default="f32,bf16,f16")
+    p.add_argument("--betas", default=",".join(str(b) for b in BETAS))
+    p.add_argument("--no-mpmath", action="store_true", help="skip the mpmath check")
+    p.add_argument("--plot", metavar="PNG", help="write the ulp-vs-t plot")
+    p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    p.add_argument("--markdown", metavar="PATH", help="write the summary table")
+    args = p.parse_args(argv)
+
+    def log(msg):
+        print(f"\r{msg:70}", end="", file=sys.stderr, flush=True)
+
+    results = measure(
+        n=args.n,
+        dtypes=[d.strip() for d in args.dtypes.split(",") if d.strip()],
+        betas=[float(b) for b in args.betas.split(",") if b],
+        log=log,
+    )
+    print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+    print_table(results)
+    spot = None
+    if not args.no_mpmath:
+        spot = mpmath_spot_check()
+        print("\nmpmath spot check (max error in float32 ulps, 50-digit truth):")
+        for key, value in spot.items():
+            print(f"  {key:30} {value:.3f}")
+    if args.plot:
+        plot(args.plot)
+        print(f"\nplot written to {args.plot}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": [asdict(r) for r in results], "mpmath": spot}, f)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_summary(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""Benchmark: `python -m jax_softplus.bench`.
+
+Every figure is a ratio to a floor timed in the same run, interleaved with
+the method it is compared to, in the same mode:
+
+- donated: `softplus_backward_inplace` (and the others with their output
+  written over `diff_dst`) against a donated XLA `a * b`;
+- fresh: a new output per call, against a non-donated `a * b`;
+- fwd+bwd: `softplus` value and gradient under `jit`, against
+  `jax.nn.softplus(beta * x) / beta` autodiff.
+
+Absolute times on a shared machine are noisy; ratios taken side by side are
+not. `beta` is passed as a traced argument throughout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+
+
+@dataclass
+class Row:
+    mode: str
+    method: str
+    dtype: str
+    size: int
+    beta: float
+    median_s: float
+    ratio: float  # median of per-round ratios to the floor of the same mode
+    gbps: float  # (2 reads + 1 write) / median time
+    spread: float  # (p90 - p10) / median of the method's times
+
+
+def _naive(src, dd, beta):
+    return dd * jax.nn.sigmoid(beta * src)
+
+
+def _mul(src, dd, beta):
+    del beta
+    return src * dd
+
+
+def _data(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    src = jnp.asarray(rng.uniform(-8.0, 8.0, n).astype(np.float32), dtype)
+    dd = jnp.asarray(rng.uniform(0.5, 1.5, n).astype(np.float32), dtype)
+    return src, dd
+
+
+class _Donated:
+    """Calls `fn(src, dd, beta)` with a donated `dd`, chaining each output
+    into the next call so that every call gets a fresh donated buffer."""
+
+    def __init__(self, fn, src, dd, beta):
+        self.fn, self.src, self.beta = fn, src, beta
+        self.dd = jnp.array(dd, copy=True)
+
+    def __call__(self):
+        self.dd = self.fn(self.src, self.dd, self.beta)
+        return self.dd
+
+
+class _Fresh:
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+    def __call__(self):
+        return self.fn(*self.args)
+
+
+def _torch_methods(src, dd, beta):
+    try:
+        import torch
+    except ImportError:
+        return {}
+    torch.set_num_threads(_cpu_count())
+    tdt = {
+        jnp.float32: torch.float32,
+        jnp.bfloat16: torch.bfloat16,
+        jnp.float16: torch.float16,
+    }[src.dtype.type]
+    ts = torch.from_numpy(np.asarray(src.astype(jnp.float32))).to(tdt)
+    td = torch.from_numpy(np.asarray(dd.astype(jnp.float32))).to(tdt)
+    out = torch.empty_like(td)
+    op = torch.ops.aten.softplus_backward
+    return {
+        "torch": lambda: op(td, ts, beta, 20.0),
+        "torch (out=)": lambda: op.grad_input(td, ts, beta, 20.0, grad_input=out),
+    }
+
+
+def _cpu_count():
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _block(x):
+    if isinstance(x, jax.Array):
+        x.block_until_ready()
+    elif isinstance(x, tuple):
+        for v in x:
+            _block(v)
+
+
+def _time_round(calls: dict[str, Callable]) -> dict[str, float]:
+    out = {}
+    for name, call in calls.items():
+        t0 = time.perf_counter()
+        _block(call())
+        out[name] = time.perf_counter() - t0
+    return out
+
+
+def _measure(calls, floor, repeats, progress):
+    """Interleaved rounds; returns per-method times and per-round ratios."""
+    for call in calls.values():  # compile and warm up
+        _block(call())
+        _block(call())
+    times = {name: [] for name in calls}
+    for i in range(repeats):
+        progress(i)
+        for name, t in _time_round(calls).items():
+            times[name].append(t)
+    ratios = {
+        name: [t / f for t, f in zip(ts, times[floor], strict=True)]
+        for name, ts in times.items()
+    }
+    return times, ratios
+
+
+def _rows(mode, dt, n, beta, itemsize, times, ratios):
+    rows = []
+    for name, ts in times.items():
+        ts = np.asarray(ts)
+        med = float(np.median(ts))
+        p10, p90 = np.percentile(ts, [10, 90])
+        rows.append(
+            Row(
+                mode=mode,
+                method=name,
+                dtype=dt,
+                size=n,
+                beta=beta,
+                median_s=med,
+                ratio=float(np.median(ratios[name])),
+                gbps=3 * n * itemsize / med / 1e9,
+                spread=float((p90 - p10) / med),
+            )
+        )
+    return rows
+
+
+def bench_backward(n, dt, beta, repeats, progress, torch=True):
+    dtype = DTYPES[dt]
+    src, dd = _data(n, dtype)
+    b = jnp.float32(beta)
+    itemsize = jnp.dtype(dtype).itemsize
+    rows = []
+
+    donate = lambda f: jax.jit(f, donate_argnums=1)  # noqa: E731
+    donated = {
+        "a*b (floor)": _Donated(donate(_mul), src, dd, b),
+        "jax_softplus": _Donated(softplus_backward_inplace, src, dd, b),
+        "naive XLA": _Donated(donate(_naive), src, dd, b),
+    }
+    if torch:
+        tm = _torch_methods(src, dd, beta)
+        if tm:
+            donated["torch (out=)"] = tm["torch (out=)"]
+    times, ratios = _measure(donated, "a*b (floor)", repeats, progress)
+    rows += _rows("donated", dt, n, beta, itemsize, times, ratios)
+
+    fresh = {
+        "a*b (floor)": _Fresh(jax.jit(_mul), src, dd, b),
+        "jax_softplus": _Fresh(jax.jit(softplus_backward), src, dd, b),
+        "naive XLA": _Fresh(jax.jit(_naive), src, dd, b),
+    }
+    if dt == "f32":
+        s_np, d_np = np.asarray(src), np.asarray(dd)
+        fresh["numpy"] = lambda: d_np / (np.float32(1) + np.exp(-beta * s_np))
+    if torch:
+        tm = _torch_methods(src, dd, beta)
+        if tm:
+            fresh["torch"] = tm["torch"]
+    times, ratios = _measure(fresh, "a*b (floor)", repeats, progress)
+    rows += _rows("fresh", dt, n, beta, itemsize, times, ratios)
+    return rows
+
+
+def bench_fwd_bwd(n, dt, beta, repeats, progress):
+    dtype = DTYPES[dt]
+    x, g = _data(n, dtype, seed=1)
+    b = jnp.float32(beta)
+
+    def ours(x, g, b):
+        y, vjp = jax.vjp(lambda x: softplus(x, b), x)
+        return y, vjp(g)[0]
+
+    def ref(x, g, b):
+        y, vjp = jax.vjp(lambda x: jax.nn.softplus(b.astype(x.dtype) * x) / b, x)
+        return y.astype(x.dtype), vjp(g.astype(y.dtype))[0]
+
+    calls = {
+        "jax.nn.softplus autodiff": _Fresh(jax.jit(ref), x, g, b),
+        "jax_softplus": _Fresh(jax.jit(ours), x, g, b),
+    }
+    times, ratios = _measure(calls, "jax.nn.softplus autodiff", repeats, progress)
+    return _rows("fwd+bwd", dt, n, beta, 2 * jnp.dtype(dtype).itemsize, times, ratios)
+
+
+def bench_scaling(sizes, repeats, progress):
+    """Time per element, donated f32, from dispatch-bound to memory-bound."""
+    rows = []
+    for n in sizes:
+        src, dd = _data(n, jnp.float32)
+        b = jnp.float32(1.7)
+        calls = {
+            "a*b (floor)": _Donated(jax.jit(_mul, donate_argnums=1), src, dd, b),
+            "jax_softplus": _Donated(softplus_backward_inplace, src, dd, b),
+        }
+        reps = repeats if n >= 1 << 20 else max(repeats, 50)
+        times, ratios = _measure(calls, "a*b (floor)", reps, progress)
+        rows += _rows("scaling", "f32", n, 1.7, 4, times, ratios)
+    return rows
+
+
+def _parse_size(text):
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMG")) * scale)
+
+
+def _fmt_size(n):
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def print_table(rows, file=None):
+    file = sys.stdout if file is None else file
+    head = (
+        f"{'mode':8} {'method':26} {'dtype':5} {'size':>5} {'beta':>5} "
+        f"{'median ms':>10} {'ratio':>6} {'GB/s':>7} {'spread':>7}"
+    )
+    print(head, file=file)
+    print("-" * len(head), file=file)
+    for r in rows:
+        print(
+            f"{r.mode:8} {r.method:26} {r.dtype:5} {_fmt_size(r.size):>5} "
+            f"{r.beta:5.2g} {r.median_s * 1e3:10.3f} {r.ratio:6.2f} "
+            f"{r.gbps:7.1f} {r.spread:7.2f}",
+            file=file,
+        )
+
+
+def machine() -> dict:
+    return {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "cores": _cpu_count(),
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m jax_softplus.bench", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--sizes", default="1M,16M", help="comma list, e.g. 1K,16M")
+    p.add_argument("--dtypes", default="f32,bf16,f16")
+    p.add_argument("--betas", default="1.0,1.7")
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument("--fwd-bwd", action="store_true", help="also time fwd+bwd")
+    p.add_argument(
+        "--scaling",
+        nargs="?",
+        const="1K,16K,256K,1M,4M,16M,64M",
+        default=None,
+        help="also time per element over these sizes",
+    )
+    p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    args = p.parse_args(argv)
+
+    sizes = [_parse_size(s) for s in args.sizes.split(",") if s]
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    betas = [float(b) for b in args.betas.split(",") if b]
+    jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
+    total = len(jobs) + (len(sizes) * len(dtypes) if args.fwd_bwd else 0)
+    done = [0]
+
+    def progress_for(label):
+        def progress(i):
+            print(
+                f"\r[{done[0] + 1}/{total}] {label}: round {i + 1}/{args.repeats}   ",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        return progress
+
+    rows = []
+    for n, dt, b in jobs:
+        label = f"backward {dt} {_fmt_size(n)} beta={b}"
+        rows += bench_backward(
+            n, dt, b, args.repeats, progress_for(label), torch=not args.no_torch
+        )
+        done[0] += 1
+    if args.fwd_bwd:
+        for n in sizes:
+            for dt in dtypes:
+                label = f"fwd+bwd {dt} {_fmt_size(n)}"
+                rows += bench_fwd_bwd(n, dt, 1.7, args.repeats, progress_for(label))
+                done[0] += 1
+    if args.scaling:
+        scaling = [_parse_size(s) for s in args.scaling.split(",")]
+        rows += bench_scaling(scaling, args.repeats, progress_for("scaling"))
+    print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
+    print(f"machine: {machine()}")
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"machine": machine(), "rows": [asdict(r) for r in rows]}, f, indent=1
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    main()

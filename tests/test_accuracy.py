@@ -1,0 +1,81 @@
+"""The accuracy bounds of the numerics issue, on a sample that runs in CI,
+with the same tool that produces docs/accuracy.md."""
+
+import numpy as np
+import pytest
+
+from jax_softplus import accuracy
+
+BOUND = {"f32": 2.5, "bf16": 1.0, "f16": 1.0}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return accuracy.measure(n=20_000, seed=123)
+
+
+def test_every_cell_is_within_its_bound(results):
+    ours = [r for r in results if r.impl == "jax_softplus"]
+    # 8 betas x (f32 and bf16: 2 ops x 2 regions; f16: 2 ops x 1 region).
+    assert len(ours) == 8 * (4 + 4 + 2)
+    bad = [r for r in ours if r.max_ulp > BOUND[r.dtype]]
+    assert not bad, bad
+
+
+def test_ahead_of_every_anchor_in_float32(results):
+    # Worst case over the regions, per op and beta: the bound of the issue.
+    worst = {}
+    for r in results:
+        if r.dtype == "f32":
+            key = (r.op, r.beta, r.impl)
+            worst[key] = max(worst.get(key, 0.0), r.max_ulp)
+    for (op, beta, impl), err in worst.items():
+        assert worst[(op, beta, "jax_softplus")] <= err, (op, beta, impl)
+
+
+def test_the_naive_formula_loses_to_the_product_rounding(results):
+    # The anchors' error at beta != 1 is the rounding of beta * src.
+    naive = [
+        r.max_ulp
+        for r in results
+        if r.impl == "naive XLA"
+        and r.dtype == "f32"
+        and r.beta == 1.7
+        and r.region.startswith("core")
+    ]
+    assert naive and min(naive) > 20
+
+
+def test_float64_reference_agrees_with_mpmath():
+    worst = accuracy.mpmath_spot_check(n=40)
+    assert worst["backward: float64 reference"] < 0.01
+    assert worst["forward: float64 reference"] < 0.01
+    assert worst["backward: jax_softplus"] <= 2.5
+    assert worst["forward: jax_softplus"] <= 2.5
+
+
+def test_cli_prints_a_table(capsys, tmp_path):
+    out = tmp_path / "acc.json"
+    accuracy.main(
+        [
+            "-n",
+            "2000",
+            "--dtypes",
+            "f32",
+            "--betas",
+            "1.7",
+            "--no-mpmath",
+            "--json",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert "jax_softplus" in text and "naive XLA" in text
+    assert out.exists()
+
+
+def test_ulp_error_ignores_subnormal_and_infinite_references():
+    ref = np.array([1.0, 1e-40, np.inf, np.nan, 2.0])
+    got = np.array([1.0 + 2**-23, 0.0, np.inf, np.nan, 2.0])
+    err = accuracy.ulp_error(got.astype(np.float32), ref, np.float32)
+    np.testing.assert_allclose(err, [1.0, 0.0])
