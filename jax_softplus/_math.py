@@ -200,6 +200,15 @@ _LN2_LO_LOG = _F32(9.0580006145e-06)
 _K_TAIL = _I32(-100)
 
 
+def _approx_recip(u):
+    """1/u to about 1.5% for positive normal u: enough for a correction term
+    of relative size 2**-24, and no division (an expensive op for XLA)."""
+    r = lax.bitcast_convert_type(
+        _I32(0x7EF311C7) - lax.bitcast_convert_type(u, _I32), _F32
+    )
+    return r * (_F32(2) - u * r)
+
+
 def _log1p_small(e_hi, e_lo):
     """log(1 + e_hi + e_lo) for e_hi in [0, 1], to about one ulp.
 
@@ -210,12 +219,14 @@ def _log1p_small(e_hi, e_lo):
     big = e_hi >= _F32(0.5)
     f = lax.select(big, (e_hi - _F32(1)) * _F32(0.5), e_hi)
     j = lax.select(big, lax.full_like(f, 1), lax.full_like(f, 0))
-    s = f / (f + _F32(2))
+    # One division with one consumer (a second would split XLA's fusion);
+    # s only scales correction terms, so its extra rounding is harmless.
+    s = f * (_F32(1) / (f + _F32(2)))
     z = s * s
     w = z * z
     r = z * (_LG[0] + w * _LG[2]) + w * (_LG[1] + w * _LG[3])
     hfsq = _F32(0.5) * f * f
-    small = j * _LN2_LO_LOG + e_lo / (e_hi + _F32(1))
+    small = j * _LN2_LO_LOG + e_lo * _approx_recip(e_hi + _F32(1))
     return s * (hfsq + r) + small - hfsq + f + j * _LN2_HI_LOG
 
 
@@ -236,11 +247,12 @@ def softplus_f32(x, beta, *, compensate):
     ps = p * scale
     e_hi = scale + ps
     e_lo = (scale - e_hi) + ps
-    main = _log1p_small(e_hi, e_lo) / beta
-    # Tail: log1p(e) = e, formed at a scale where it is normal.
+    # Tail: log1p(e) = e, formed at a scale of 2**126 where it is normal.
+    tail = k < _K_TAIL
     tail_scale = _pow2(lax.max(k + _I32(126), _I32(-127)))
-    tail = ((p + _F32(1)) * tail_scale / beta) * _F32(2.0**-126)
-    part = lax.select(k < _K_TAIL, tail, main)
+    num = lax.select(tail, (p + _F32(1)) * tail_scale, _log1p_small(e_hi, e_lo))
+    unscale = lax.select(tail, lax.full_like(p, 2.0**-126), lax.full_like(p, 1))
+    part = (num / beta) * unscale  # the one division by beta
     return lax.select(pos, x + part, part)
 
 
