@@ -46,7 +46,10 @@ class Row:
 
 
 def _naive(src, dd, beta):
-    return dd * jax.nn.sigmoid(beta * src)
+    """The plain formula, computed in float32 and rounded once."""
+    f32 = jnp.float32
+    out = dd.astype(f32) * jax.nn.sigmoid(beta.astype(f32) * src.astype(f32))
+    return out.astype(dd.dtype)
 
 
 def _mul(src, dd, beta):
@@ -213,8 +216,9 @@ def bench_fwd_bwd(n, dt, beta, repeats, progress):
         return y, vjp(g)[0]
 
     def ref(x, g, b):
-        y, vjp = jax.vjp(lambda x: jax.nn.softplus(b.astype(x.dtype) * x) / b, x)
-        return y.astype(x.dtype), vjp(g.astype(y.dtype))[0].astype(x.dtype)
+        bx = b.astype(x.dtype)
+        y, vjp = jax.vjp(lambda x: jax.nn.softplus(bx * x) / bx, x)
+        return y, vjp(g)[0]
 
     class Chained:
         """Donates x and g; the outputs (y, dx) become the next x and g."""
@@ -258,6 +262,54 @@ def bench_scaling(sizes, repeats, progress):
     return rows
 
 
+def mlp_step(activation, *, batch=256, sizes=(784, 1024, 1024, 10), seed=0):
+    """A jitted SGD step of a softplus MLP (params donated), and its inputs."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(sizes) + 1)
+    params = [
+        (jax.random.normal(k, (a, b)) / np.sqrt(a), jnp.zeros(b))
+        for k, a, b in zip(keys[:-2], sizes[:-1], sizes[1:], strict=True)
+    ]
+    x = jax.random.normal(keys[-1], (batch, sizes[0]))
+    y = jax.nn.one_hot(jnp.arange(batch) % sizes[-1], sizes[-1])
+
+    def loss(params, x, y):
+        h = x
+        for w, b in params[:-1]:
+            h = activation(h @ w + b[None, :])
+        w, b = params[-1]
+        logits = h @ w + b[None, :]
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
+
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        new = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+        return new, value
+
+    return jax.jit(step, donate_argnums=0), params, x, y
+
+
+def train_step_activations(beta=1.7):
+    return {
+        "jax.nn.softplus": lambda h: jax.nn.softplus(beta * h) / beta,
+        "jax_softplus": lambda h: softplus(h, beta),
+    }
+
+
+def bench_train_step(repeats, progress, batch=256):
+    class Stepper:
+        def __init__(self, act):
+            self.step, self.params, self.x, self.y = mlp_step(act, batch=batch)
+            self.params = jax.tree.map(lambda a: jnp.array(a, copy=True), self.params)
+
+        def __call__(self):
+            self.params, value = self.step(self.params, self.x, self.y)
+            return value
+
+    calls = {k: Stepper(act) for k, act in train_step_activations().items()}
+    times, ratios = _measure(calls, "jax.nn.softplus", repeats, progress)
+    return _rows("train step", "f32", batch, 1.7, 4, times, ratios)
+
+
 def _parse_size(text):
     text = text.strip().upper()
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
@@ -288,6 +340,48 @@ def print_table(rows, file=None):
         )
 
 
+def plot(rows, path):
+    """Ratios to the floor per method (16M-ish, by dtype and mode) and the
+    scaling curve, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    cells = [r for r in rows if r.mode in ("donated", "fresh")]
+    groups = list(dict.fromkeys((r.mode, r.dtype, r.beta) for r in cells))
+    methods = list(dict.fromkeys(r.method for r in cells))
+    width = 0.8 / max(1, len(methods))
+    for i, m in enumerate(methods):
+        vals = [
+            next((r.ratio for r in cells if (r.mode, r.dtype, r.beta) == g
+                  and r.method == m), np.nan)
+            for g in groups
+        ]  # fmt: skip
+        ax.bar(np.arange(len(groups)) + i * width, vals, width, label=m)
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
+    ax.set_xticklabels([f"{m}\n{d} b={b:g}" for m, d, b in groups], fontsize=7)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_ylabel("time / time of a*b in the same mode")
+    ax.legend(fontsize=7)
+    ax.set_title("softplus_backward vs the a*b floor")
+    scaling = [r for r in rows if r.mode == "scaling"]
+    for m in dict.fromkeys(r.method for r in scaling):
+        pts = sorted(
+            (r.size, r.median_s / r.size * 1e9) for r in scaling if r.method == m
+        )
+        if pts:
+            ax2.loglog(*zip(*pts, strict=True), marker="o", label=m)
+    ax2.set_xlabel("elements")
+    ax2.set_ylabel("ns per element (donated, f32)")
+    ax2.set_title("scaling: dispatch-bound to memory-bound")
+    ax2.grid(alpha=0.3, which="both")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def machine() -> dict:
     return {
         "jax": jax.__version__,
@@ -316,7 +410,9 @@ def main(argv=None):
         default=None,
         help="also time per element over these sizes",
     )
+    p.add_argument("--train-step", action="store_true", help="also time an MLP step")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    p.add_argument("--plot", metavar="PNG", help="write a plot of the ratios")
     args = p.parse_args(argv)
 
     sizes = [_parse_size(s) for s in args.sizes.split(",") if s]
@@ -353,6 +449,8 @@ def main(argv=None):
     if args.scaling:
         scaling = [_parse_size(s) for s in args.scaling.split(",")]
         rows += bench_scaling(scaling, args.repeats, progress_for("scaling"))
+    if args.train_step:
+        rows += bench_train_step(args.repeats, progress_for("train step"))
     print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
     print(f"machine: {machine()}")
     print_table(rows)
@@ -361,6 +459,8 @@ def main(argv=None):
             json.dump(
                 {"machine": machine(), "rows": [asdict(r) for r in rows]}, f, indent=1
             )
+    if args.plot:
+        plot(rows, args.plot)
     return rows
 
 

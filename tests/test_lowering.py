@@ -91,3 +91,25 @@ def test_exported_artifact_runs_without_the_package(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert float(result.stdout.strip()) == pytest.approx(0.5 + np.log(2.0) / 2.0)
+
+
+def test_training_step_fuses_like_jax_nn_softplus():
+    # The op's forward and backward join the neighbouring fusions: no extra
+    # fusion, copy or custom call compared with the same step on
+    # jax.nn.softplus.
+    from jax_softplus.bench import mlp_step, train_step_activations
+
+    counts = {}
+    for name, act in train_step_activations().items():
+        step, params, x, y = mlp_step(act, batch=64, sizes=(32, 64, 64, 10))
+        hlo = step.lower(params, x, y).compile().as_text()
+        entry = hlo[hlo.index("ENTRY") :]
+        counts[name] = (
+            entry.count("fusion("),
+            entry.count(" copy("),
+            hlo.count("custom-call"),
+        )
+    ours, ref = counts["jax_softplus"], counts["jax.nn.softplus"]
+    assert ours[0] <= ref[0], counts
+    assert ours[1] <= ref[1], counts
+    assert ours[2] == ref[2] == 0 or ours[2] <= ref[2], counts

@@ -1,0 +1,31 @@
+"""The benchmark runs end to end (tiny sizes: this checks the tool, not speed)."""
+
+import json
+
+from jax_softplus import bench
+
+
+def test_cli_runs_every_section(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    bench.main(
+        [
+            "--sizes", "4K", "--dtypes", "f32,bf16", "--betas", "1.7",
+            "--repeats", "2", "--no-torch", "--fwd-bwd", "--train-step",
+            "--scaling", "1K,2K", "--json", str(out),
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    for needle in ("donated", "fresh", "fwd+bwd", "scaling", "train step"):
+        assert needle in text
+    rows = json.loads(out.read_text())["rows"]
+    modes = {r["mode"] for r in rows}
+    assert {"donated", "fresh", "fwd+bwd", "fwd+bwd donated", "scaling"} <= modes
+    assert all(r["median_s"] > 0 and r["ratio"] > 0 for r in rows)
+    floors = [r for r in rows if r["method"] == "a*b (floor)"]
+    assert floors and all(r["ratio"] == 1.0 for r in floors)
+
+
+def test_sizes_parse():
+    assert bench._parse_size("16M") == 16 << 20
+    assert bench._parse_size("1K") == 1024
+    assert bench._fmt_size(64 << 20) == "64M"
