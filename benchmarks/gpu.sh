@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One GPU check, sized to finish within 5 minutes on one H200:
+#   1. the GPU benchmark (copy bandwidth, donated a*b, the in-place op);
+#   2. the test suite's numerics, autodiff, vmap and donation files on GPU.
+# Run from the repository root. The package is pure Python: no install.
+#   bash benchmarks/gpu.sh [OUT_DIR]
+set -uo pipefail
+out="${1:-${OUT:-gpu-results}}"
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "$out/gpu.txt"
+
+timeout 150 python3 benchmarks/gpu_bench.py --json "$out/gpu_bench.json" \
+    2>&1 | tee "$out/gpu_bench.txt"
+
+# pytest may be missing on the GPU image; the tests need only hypothesis too.
+timeout 120 python3 -m pytest -q -x -p no:cacheprovider \
+    tests/test_backward.py tests/test_forward.py tests/test_autodiff.py \
+    tests/test_vmap.py tests/test_donation.py tests/test_lowering.py \
+    2>&1 | tail -n 30 | tee "$out/gpu_tests.txt"
