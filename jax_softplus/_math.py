@@ -125,6 +125,15 @@ def _product(beta, x, compensate):
     return t, lax.select(lax.abs(t) < _ZMAX, tl, lax.full_like(tl, 0))
 
 
+def _sigmoid_is_zero(t, src):
+    """Where sigmoid(beta * src) is exactly 0: src infinite and t = -inf.
+
+    Then inf * sigmoid is NaN. A finite src whose product overflows to -inf
+    has a tiny but positive sigmoid, and inf times it stays inf.
+    """
+    return (t == -np.inf) & (lax.abs(src) == np.inf)
+
+
 def sigmoid_times(src, dd, beta, *, compensate, ordered):
     """dd * sigmoid(beta * src) for float32 operands.
 
@@ -150,8 +159,7 @@ def sigmoid_times(src, dd, beta, *, compensate, ordered):
         d = big + (small + p * x_scale)
     else:
         d = (p + _F32(1)) * x_scale + y_scale
-    # sigmoid(-inf) is exactly 0, so inf * sigmoid(-inf) is NaN.
-    y_scale = lax.select(t == -np.inf, lax.full_like(y_scale, 0), y_scale)
+    y_scale = lax.select(_sigmoid_is_zero(t, src), lax.full_like(y_scale, 0), y_scale)
     return (dd / d) * y_scale
 
 
@@ -175,9 +183,13 @@ def sigmoid_times_half(src, dd, beta):
     main = t >= _HALF_TAIL
     zero = lax.full_like(t, 0)
     one = lax.full_like(t, 1)
-    e = lax.exp(-t - lax.select(main, zero, lax.full_like(t, _TAIL_SHIFT)))
-    q = dd / (e + lax.select(main, one, zero))
+    # Capped so that inf * sigmoid(t) stays inf for every finite t.
+    arg = lax.min(
+        -t - lax.select(main, zero, lax.full_like(t, _TAIL_SHIFT)), _TAIL_SHIFT
+    )
+    q = dd / (lax.exp(arg) + lax.select(main, one, zero))
     scale = lax.select(main, one, lax.full_like(t, _TAIL_SCALE))
+    scale = lax.select(_sigmoid_is_zero(t, src), zero, scale)
     return q * scale * scale
 
 

@@ -65,7 +65,10 @@ def backward_ref(src, diff_dst, beta) -> np.ndarray:
         out = d * sigmoid_ref(t)
         deep = np.isfinite(t) & (t < -700) & np.isfinite(d) & (d != 0)
         logmag = np.log(np.abs(np.where(deep, d, 1.0))) + np.where(deep, t, 0.0)
-        return np.where(deep, np.sign(d) * np.exp(logmag), out)
+        out = np.where(deep, np.sign(d) * np.exp(logmag), out)
+        # sigmoid(t) > 0 for every finite t, so inf * sigmoid(t) = inf even
+        # where float64's sigmoid underflows to 0.
+        return np.where(np.isinf(d) & np.isfinite(t), d, out)
 
 
 def softplus_ref(x, beta) -> np.ndarray:

@@ -1,0 +1,159 @@
+"""Property-based tests (hypothesis), bounded so that CI stays fast."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from helpers import DTYPES, ULP_BOUND, backward_ref, f64, softplus_ref, ulp_error
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+F32_MAX = float(np.finfo(np.float32).max)
+SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 88.7, -88.7]
+SPECIALS += [1e-30, -1e-30, F32_MAX, -F32_MAX]
+
+dtypes = st.sampled_from(DTYPES)
+# A fixed menu of shapes (0-d and zero-size included) keeps the number of
+# distinct compilations, and so the run time, bounded.
+shapes = st.sampled_from([(), (0,), (1,), (7,), (2, 3), (2, 0, 3), (3, 1, 4)])
+values = st.one_of(
+    st.sampled_from(SPECIALS),
+    st.floats(-100, 100, width=32),
+    st.floats(width=32, allow_nan=True, allow_infinity=True),
+)
+wide = st.one_of(
+    st.floats(width=32, allow_nan=False, allow_infinity=False),
+    st.floats(-1e6, 1e6, width=32),
+    st.sampled_from([0.0, 1.0, -1.0, np.inf, np.nan, F32_MAX]),
+)
+betas = st.one_of(
+    st.floats(-50, 50, width=32),
+    st.sampled_from([0.0, 1e-20, -1e-20, 1e20, -1e20, 1.0, 1.7]),
+)
+
+
+def _array(draw, shape, dtype, elements):
+    data = draw(hnp.arrays(np.float32, shape, elements=elements))
+    return jnp.asarray(data).astype(dtype)
+
+
+@st.composite
+def backward_case(draw):
+    dtype, shape = draw(dtypes), draw(shapes)
+    return (
+        _array(draw, shape, dtype, values),
+        _array(draw, shape, dtype, wide),
+        draw(betas),
+    )
+
+
+def _assert_same_bits(a, b):
+    """Bitwise equality, with every NaN equal to every other (a NaN's sign
+    and payload depend on the instruction that made it)."""
+    a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    nan = np.isnan(f64(a))
+    np.testing.assert_array_equal(nan, np.isnan(f64(b)))
+    np.testing.assert_array_equal(a[~nan].view(np.uint8), b[~nan].view(np.uint8))
+
+
+def _clamp_corner(src, dd, beta):
+    # The one documented corner (docs/accuracy.md): t in [-176.06, -175.5]
+    # with |diff_dst| > 1.9e38, computed as if t = -175.5.
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.float64(np.float32(beta)) * f64(src)
+    return (t < -175.5) & (t > -176.1) & (np.abs(f64(dd)) > 1.9e38)
+
+
+@SETTINGS
+@given(backward_case())
+def test_backward_matches_reference_where_it_is_defined(case):
+    src, dd, beta = case
+    got = softplus_backward(src, dd, beta)
+    assert got.shape == src.shape and got.dtype == src.dtype
+    ref = backward_ref(src, dd, beta)
+    g = f64(got)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(ref))
+    inf = np.isinf(ref)
+    np.testing.assert_array_equal(g[inf], ref[inf])
+    keep = ~_clamp_corner(src, dd, beta)
+    err = ulp_error(g[keep], ref[keep], src.dtype)
+    assert err.size == 0 or err.max() <= ULP_BOUND[np.dtype(src.dtype)], err.max()
+
+
+@SETTINGS
+@given(backward_case())
+def test_eager_jit_vmap_inplace_are_bitwise_identical(case):
+    src, dd, beta = case
+    eager = softplus_backward(src, dd, beta)
+    jitted = jax.jit(softplus_backward)(src, dd, beta)
+    flat_src, flat_dd = src.reshape(-1), dd.reshape(-1)
+    mapped = jax.vmap(softplus_backward, (0, 0, None))(flat_src, flat_dd, beta)
+    inplace = softplus_backward_inplace(src, jnp.array(dd, copy=True), beta)
+    for other in (jitted, mapped, inplace):
+        _assert_same_bits(eager, other)
+
+
+@st.composite
+def forward_case(draw):
+    dtype, shape = draw(dtypes), draw(shapes)
+    beta = draw(betas.filter(lambda b: b != 0))
+    return _array(draw, shape, dtype, values), beta
+
+
+@SETTINGS
+@given(forward_case())
+def test_forward_matches_reference_where_it_is_defined(case):
+    x, beta = case
+    got = softplus(x, beta)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    ref = softplus_ref(x, beta)
+    g = f64(got)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(ref))
+    inf = np.isinf(ref)
+    np.testing.assert_array_equal(g[inf], ref[inf])
+    err = ulp_error(g, ref, x.dtype)
+    assert err.size == 0 or err.max() <= ULP_BOUND[np.dtype(x.dtype)], err.max()
+
+
+def _ulp(x, dtype):
+    info = jnp.finfo(dtype)
+    mag = np.maximum(np.abs(x), float(info.tiny))
+    return np.ldexp(1.0, np.frexp(mag)[1] - 1 - info.nmant)
+
+
+@SETTINGS
+@given(forward_case())
+def test_softplus_reflection_identity(case):
+    # softplus(x) - softplus(-x) == x, within the rounding of both terms.
+    x, beta = case
+    finite = np.isfinite(f64(x)) & (np.abs(f64(x)) < 1e30)
+    x = jnp.where(jnp.asarray(finite), x, jnp.zeros((), x.dtype))
+    a, b = f64(softplus(x, beta)), f64(softplus(-x, beta))
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return  # |beta x| overflowed float32: nothing to compare
+    tol = 4 * np.maximum(_ulp(a, x.dtype), _ulp(b, x.dtype)) + _ulp(f64(x), x.dtype)
+    assert np.all(np.abs((a - b) - f64(x)) <= tol)
+
+
+@SETTINGS
+@given(backward_case())
+def test_sigmoid_symmetry_identity(case):
+    # sigmoid(t) + sigmoid(-t) == 1.
+    src, _, beta = case
+    with np.errstate(invalid="ignore"):
+        undefined = np.isnan(np.float32(beta) * f64(src))  # NaN, or 0 * inf
+    src = jnp.where(jnp.asarray(undefined), jnp.zeros((), src.dtype), src)
+    ones = jnp.ones_like(src)
+    total = f64(softplus_backward(src, ones, beta)) + f64(
+        softplus_backward(-src, ones, beta)
+    )
+    tol = 3 * float(jnp.finfo(src.dtype).eps)
+    assert np.all(np.abs(total - 1.0) <= tol), total
