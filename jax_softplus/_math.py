@@ -170,8 +170,8 @@ _TAIL_SHIFT = _F32(88.0)
 _TAIL_SCALE = _F32(np.exp(-44.0))
 
 
-def sigmoid_times_half(src, dd, beta):
-    """dd * sigmoid(beta * src) in float32 for bfloat16/float16 data.
+def sigmoid_times_bf16(src, dd, beta):
+    """dd * sigmoid(beta * src) in float32 for bfloat16 data.
 
     XLA's own exp suffices: a few f32 ulps are far below half an ulp of an
     8- or 11-bit result. What it cannot do alone is the tail, where exp(-t)
@@ -191,6 +191,19 @@ def sigmoid_times_half(src, dd, beta):
     scale = lax.select(main, one, lax.full_like(t, _TAIL_SCALE))
     scale = lax.select(_sigmoid_is_zero(t, src), zero, scale)
     return q * scale * scale
+
+
+def sigmoid_times_f16(src, dd, beta):
+    """dd * sigmoid(beta * src) in float32 for float16 data.
+
+    A float16 result is normal only for t = beta * src above about -21
+    (|dd| <= 65504), so unlike bfloat16 there is no tail to keep: the plain
+    quotient with XLA's exp, its argument capped so that inf * sigmoid(t)
+    stays inf for finite t (an infinite src keeps the exact limits).
+    """
+    t = beta * src
+    arg = lax.select(lax.abs(src) == np.inf, -t, lax.min(-t, _TAIL_SHIFT))
+    return dd / (lax.exp(arg) + _F32(1))
 
 
 def sigmoid_times_f64(src, dd, beta):

@@ -88,8 +88,10 @@ def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact):
         return _math.sigmoid_times(
             src, diff_dst, beta, compensate=not beta_exact, ordered=True
         )
-    out = _math.sigmoid_times_half(to_f32(src), to_f32(diff_dst), beta)
-    return from_f32(out, dtype)
+    kernel = (
+        _math.sigmoid_times_f16 if dtype == np.float16 else _math.sigmoid_times_bf16
+    )
+    return from_f32(kernel(to_f32(src), to_f32(diff_dst), beta), dtype)
 
 
 def _softplus_backward_jvp(primals, tangents, *, beta_exact):
