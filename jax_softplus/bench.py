@@ -342,6 +342,20 @@ def print_table(rows, file=None):
         )
 
 
+def markdown_table(rows) -> str:
+    lines = [
+        "| mode | method | dtype | size | beta | median ms | ratio | GB/s | spread |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.mode} | {r.method} | {r.dtype} | {_fmt_size(r.size)} | "
+            f"{r.beta:g} | {r.median_s * 1e3:.3f} | {r.ratio:.2f} | "
+            f"{r.gbps:.1f} | {r.spread:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def plot(rows, path):
     """Ratios to the floor per method (16M-ish, by dtype and mode) and the
     scaling curve, side by side."""
@@ -416,6 +430,7 @@ def main(argv=None):
     p.add_argument("--train-step", action="store_true", help="also time an MLP step")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a plot of the ratios")
+    p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     args = p.parse_args(argv)
 
     sizes = [_parse_size(s) for s in args.sizes.split(",") if s]
@@ -464,6 +479,9 @@ def main(argv=None):
             )
     if args.plot:
         plot(rows, args.plot)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_table(rows))
     return rows
 
 
