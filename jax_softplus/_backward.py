@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from jax_softplus import _validate
+from jax_softplus import _compat, _validate
 from jax_softplus._primitive import softplus_backward_p
 
 ArrayLike = Any
@@ -65,7 +65,11 @@ def _validated(src, diff_dst, beta):
     return src, diff_dst, beta
 
 
-@partial(jax.jit, donate_argnames=("diff_dst",))
+@partial(
+    jax.jit,
+    donate_argnames=("diff_dst",),
+    compiler_options=_compat.JIT_COMPILER_OPTIONS,
+)
 def _inplace_jit(src, diff_dst, beta):
     return softplus_backward(src, diff_dst, beta)
 
@@ -107,7 +111,12 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    return _inplace_jit(*_validated(src, diff_dst, beta))
+    args = _validated(src, diff_dst, beta)
+    if any(isinstance(a, jax.core.Tracer) for a in args):
+        # Under an outer jit/vmap/grad there is no buffer to donate: the
+        # outer computation owns its buffers (donate its arguments instead).
+        return softplus_backward(*args)
+    return _inplace_jit(*args)
 
 
 def _lower(src, diff_dst, beta=1.0):

@@ -33,7 +33,11 @@ def _bind(src, diff_dst, beta, *, beta_exact):
     return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
 
 
-_jitted_bind = jax.jit(_bind, static_argnames=("beta_exact",))
+_jitted_bind = jax.jit(
+    _bind,
+    static_argnames=("beta_exact",),
+    compiler_options=_compat.JIT_COMPILER_OPTIONS,
+)
 
 
 def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_exact):

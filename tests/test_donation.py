@@ -24,7 +24,11 @@ def _inputs(dtype):
 @pytest.mark.parametrize("keyword", (False, True))
 def test_diff_dst_is_donated_and_reused(dtype, keyword):
     src, dd = _inputs(dtype)
-    want = softplus_backward(src, dd, 1.7).block_until_ready()
+    host = np.asarray(dd)
+    want = softplus_backward(src, host, 1.7)
+    # A buffer no computation has read: one still in use by an earlier call
+    # would be copied rather than reused (a runtime race, not our choice).
+    dd = jnp.asarray(host)
     pointer = dd.unsafe_buffer_pointer()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "donated buffers were not usable"
@@ -77,3 +81,26 @@ def test_numpy_diff_dst_is_accepted():
     src = np.zeros(8, np.float32)
     out = softplus_backward_inplace(src, np.ones(8, np.float32))
     np.testing.assert_array_equal(out, np.full(8, 0.5, np.float32))
+
+
+def test_inside_an_outer_transformation_it_is_the_plain_op():
+    # No buffer can be donated inside jit or vmap; the call still works.
+    src, dd = _inputs(jnp.float32)
+    want = softplus_backward(src, dd, 1.7)
+    got = jax.jit(lambda s, d: softplus_backward_inplace(s, d, 1.7))(src, dd)
+    np.testing.assert_array_equal(got, want)
+    assert not dd.is_deleted()
+    mapped = jax.vmap(softplus_backward_inplace, (0, 0, None))(
+        src.reshape(16, -1), dd.reshape(16, -1), 1.7
+    )
+    np.testing.assert_array_equal(mapped.reshape(-1), want)
+
+
+def test_own_jits_compile_wide_vectors_with_the_same_bits():
+    # The library's top-level jits ask XLA:CPU for 512-bit vectors; a user's
+    # plain jit does not. Both give the same bits.
+    src, dd = _inputs(jnp.float32)
+    plain = jax.jit(lambda s, d, b: softplus_backward(s, d, b))(src, dd, 1.7)
+    ours = softplus_backward_inplace(src, jnp.array(dd, copy=True), 1.7)
+    np.testing.assert_array_equal(np.asarray(plain).view(np.uint32),
+                                  np.asarray(ours).view(np.uint32))  # fmt: skip

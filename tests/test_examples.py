@@ -33,6 +33,7 @@ def test_quickstart():
 
 
 def test_per_example_grads():
+    pytest.importorskip("optax")
     per_example, learned, true_betas = _load("per_example_grads").main(quick=True)
     assert per_example.shape[0] == learned.shape[0]
     assert float(abs(learned - true_betas).max()) < 1e-3
