@@ -114,12 +114,12 @@ def _softplus_backward_jvp(primals, tangents, *, beta_exact):
         terms.append(_bind(src, diff_dst_dot, beta, beta_exact=beta_exact))
     w = None
     if type(src_dot) is not ad.Zero:
-        w = beta.astype(dtype) * src_dot
+        w = lax.convert_element_type(beta, dtype) * src_dot
     if type(beta_dot) is not ad.Zero:
-        w_beta = src * beta_dot.astype(dtype)
+        w_beta = src * lax.convert_element_type(beta_dot, dtype)
         w = w_beta if w is None else w + w_beta
     if w is not None:
-        inner = _bind(src, diff_dst * w, -beta, beta_exact=beta_exact)
+        inner = _bind(src, diff_dst * w, lax.neg(beta), beta_exact=beta_exact)
         terms.append(_bind(src, inner, beta, beta_exact=beta_exact))
     tangent = terms[0]
     for term in terms[1:]:

@@ -155,11 +155,14 @@ def beta(
             f"beta must be finite and representable in {cdtype.name} "
             f"(|beta| <= {limit:.4g}), got {concrete!r}."
         )
+    if abs(concrete) < float(jnp.finfo(cdtype).tiny):
+        # XLA on CPU flushes subnormals to zero; do it here, everywhere.
+        concrete = 0.0
     if forward and concrete == 0.0:
         raise ValueError(
-            "softplus with beta = 0 diverges ((1/beta) log(1 + exp(beta x)) -> inf); "
-            "use a nonzero beta. softplus_backward accepts beta = 0 and returns "
-            "0.5 * diff_dst."
+            "softplus with beta = 0 (or a subnormal beta, which is flushed to 0) "
+            "diverges: (1/beta) log(1 + exp(beta x)) -> inf. Use a nonzero "
+            "beta. softplus_backward accepts beta = 0 and returns 0.5 * diff_dst."
         )
     checked = np.asarray(concrete, cdtype)  # host scalar: no device transfer yet
     mantissa = np.frexp(checked)[0]

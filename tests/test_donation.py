@@ -26,9 +26,10 @@ def test_diff_dst_is_donated_and_reused(dtype, keyword):
     src, dd = _inputs(dtype)
     host = np.asarray(dd)
     want = softplus_backward(src, host, 1.7)
-    # A buffer no computation has read: one still in use by an earlier call
-    # would be copied rather than reused (a runtime race, not our choice).
-    dd = jnp.asarray(host)
+    # A fresh device buffer that no computation has read: a buffer still in
+    # use by an earlier call, or sharing memory with a NumPy array (CPU
+    # device_put can be zero-copy), is copied rather than reused.
+    dd = jnp.copy(jnp.asarray(host)).block_until_ready()
     pointer = dd.unsafe_buffer_pointer()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "donated buffers were not usable"

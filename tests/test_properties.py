@@ -35,7 +35,7 @@ wide = st.one_of(
     st.sampled_from([0.0, 1.0, -1.0, np.inf, np.nan, F32_MAX]),
 )
 betas = st.one_of(
-    st.floats(-50, 50, width=32),
+    st.floats(-50, 50, width=32, allow_subnormal=False),
     st.sampled_from([0.0, 1e-20, -1e-20, 1e20, -1e20, 1.0, 1.7]),
 )
 
