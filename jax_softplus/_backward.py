@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import jax
 
-from jax_softplus import _compat, _validate
-from jax_softplus._primitive import softplus_backward_p
+from jax_softplus import _validate
+from jax_softplus._primitive import OwnJit, softplus_backward_p
 
 ArrayLike = Any
 
@@ -65,13 +64,11 @@ def _validated(src, diff_dst, beta):
     return src, diff_dst, beta
 
 
-@partial(
-    jax.jit,
-    donate_argnames=("diff_dst",),
-    compiler_options=_compat.JIT_COMPILER_OPTIONS,
-)
-def _inplace_jit(src, diff_dst, beta):
+def _inplace(src, diff_dst, beta):
     return softplus_backward(src, diff_dst, beta)
+
+
+_inplace_jit = OwnJit(_inplace, donate_argnames=("diff_dst",))
 
 
 def softplus_backward_inplace(

@@ -11,15 +11,6 @@ from typing import Any
 import jax
 from jax.interpreters import batching
 
-# Compiler options for the library's own top-level jits: eager calls of the
-# primitive and softplus_backward_inplace (JAX refuses them on nested jits).
-# On AVX-512 CPUs XLA vectorises float32 loops 256 bits wide by default; 512
-# bits ran the float32 kernel at 1.5x instead of 2.3x the donated a*b floor,
-# with identical bits. It is a CPU option; other backends ignore it. Users'
-# own jits are untouched: XLA_FLAGS=--xla_cpu_prefer_vector_width=512 does
-# the same for them.
-JIT_COMPILER_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
-
 
 def register_batching_rule(prim: Any, rule: Callable) -> None:
     """Register `rule(args, dims, **params) -> (out, out_dim)` for `prim`.

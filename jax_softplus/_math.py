@@ -183,13 +183,12 @@ def sigmoid_times_bf16(src, dd, beta):
     main = t >= _HALF_TAIL
     zero = lax.full_like(t, 0)
     one = lax.full_like(t, 1)
-    # Capped so that inf * sigmoid(t) stays inf for every finite t.
-    arg = lax.min(
-        -t - lax.select(main, zero, lax.full_like(t, _TAIL_SHIFT)), _TAIL_SHIFT
-    )
+    arg = -t - lax.select(main, zero, lax.full_like(t, _TAIL_SHIFT))
+    # Capped so that inf * sigmoid(t) stays inf for every finite t; an
+    # infinite src keeps the exact limits (sigmoid(-inf) = 0).
+    arg = lax.select(lax.abs(src) == np.inf, arg, lax.min(arg, _TAIL_SHIFT))
     q = dd / (lax.exp(arg) + lax.select(main, one, zero))
     scale = lax.select(main, one, lax.full_like(t, _TAIL_SCALE))
-    scale = lax.select(_sigmoid_is_zero(t, src), zero, scale)
     return q * scale * scale
 
 

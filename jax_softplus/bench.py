@@ -192,7 +192,7 @@ def bench_backward(n, dt, beta, repeats, progress, torch=True):
 
     fresh = {
         "a*b (floor)": _Fresh(jax.jit(_mul), src, dd, b),
-        "jax_softplus": _Fresh(jax.jit(softplus_backward), src, dd, b),
+        "jax_softplus": _Fresh(softplus_backward, src, dd, b),
         "naive XLA": _Fresh(jax.jit(_naive), src, dd, b),
     }
     if dt == "f32":
