@@ -178,15 +178,14 @@ def bench_backward(n, dt, beta, repeats, progress, torch=True):
     rows = []
 
     donate = lambda f: jax.jit(f, donate_argnums=1)  # noqa: E731
+    tm = _torch_methods(src, dd, beta) if torch else {}
     donated = {
         "a*b (floor)": _Donated(donate(_mul), src, dd, b),
         "jax_softplus": _Donated(softplus_backward_inplace, src, dd, b),
         "naive XLA": _Donated(donate(_naive), src, dd, b),
     }
-    if torch:
-        tm = _torch_methods(src, dd, beta)
-        if tm:
-            donated["torch (out=)"] = tm["torch (out=)"]
+    if tm:
+        donated["torch (out=)"] = tm["torch (out=)"]
     times, ratios = _measure(donated, "a*b (floor)", repeats, progress)
     rows += _rows("donated", dt, n, beta, itemsize, times, ratios)
 
@@ -198,10 +197,8 @@ def bench_backward(n, dt, beta, repeats, progress, torch=True):
     if dt == "f32":
         s_np, d_np = np.asarray(src), np.asarray(dd)
         fresh["numpy"] = lambda: d_np / (np.float32(1) + np.exp(-beta * s_np))
-    if torch:
-        tm = _torch_methods(src, dd, beta)
-        if tm:
-            fresh["torch"] = tm["torch"]
+    if tm:
+        fresh["torch"] = tm["torch"]
     times, ratios = _measure(fresh, "a*b (floor)", repeats, progress)
     rows += _rows("fresh", dt, n, beta, itemsize, times, ratios)
     return rows

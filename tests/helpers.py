@@ -8,6 +8,7 @@ import numpy as np
 from jax_softplus.accuracy import backward_ref, softplus_ref, ulp_error
 
 __all__ = [
+    "run_on_eight_devices",
     "BETAS",
     "DTYPES",
     "ULP_BOUND",
@@ -32,6 +33,34 @@ ULP_BOUND = {
     np.dtype(jnp.float16): 1.0,
     np.dtype(jnp.float64): 4.0,
 }
+
+
+def run_on_eight_devices(*args: str, timeout: float):
+    """Run `python *args` with 8 forced host devices, importing this
+    checkout's jax_softplus; the device count is fixed when a process first
+    initialises JAX, hence the subprocess. Fails with its stderr if it fails.
+    """
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
 
 
 def f64(x) -> np.ndarray:

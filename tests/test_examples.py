@@ -1,13 +1,11 @@
 """The examples run, in quick mode, so that they cannot rot."""
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
 import pytest
+from helpers import run_on_eight_devices
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -48,19 +46,7 @@ def test_train_mlp_learns_digits():
 
 
 def test_sharded_on_eight_host_devices():
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    root = str(EXAMPLES.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "sharded.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "8 devices" in result.stdout
-    first, last = (float(v) for v in result.stdout.split("loss ")[1].split()[0:3:2])
+    stdout = run_on_eight_devices(str(EXAMPLES / "sharded.py"), "--quick", timeout=120)
+    assert "8 devices" in stdout
+    first, last = (float(v) for v in stdout.split("loss ")[1].split()[0:3:2])
     assert last < first

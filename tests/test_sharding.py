@@ -5,34 +5,18 @@ count is fixed when a process first initialises JAX.
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_on_eight_devices
 
 SCRIPT = Path(__file__).parent / "scripts" / "sharded_checks.py"
 
 
 @pytest.fixture(scope="module")
 def facts():
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    ).strip()
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    stdout = run_on_eight_devices(str(SCRIPT), timeout=300)
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def test_eight_devices(facts):
