@@ -27,11 +27,13 @@ the loop into several fusions.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 _F32 = np.float32
 _I32 = np.int32
+_BF16 = jnp.dtype(jnp.bfloat16)
 
 # ln 2 split so that k * _LN2_HI is exact for |k| < 2**8.
 _LN2_HI = _F32(0.693359375)
@@ -134,14 +136,11 @@ def _sigmoid_is_zero(t, src):
     return (t == -np.inf) & (lax.abs(src) == np.inf)
 
 
-def sigmoid_times(src, dd, beta, *, compensate, ordered):
-    """dd * sigmoid(beta * src) for float32 operands.
+def sigmoid_times_f32(src, dd, beta, *, compensate):
+    """dd * sigmoid(beta * src) for float32 data, about 2 ulp at worst.
 
-    `compensate` adds the error-free product (needed unless beta * src is
-    exact); `ordered` sums D so that it is rounded once. float32 data wants
-    both; bf16/f16 data computed in f32 needs neither, since the f32 errors
-    stay far below half an ulp of the 8- or 11-bit result. The scaled tail
-    is kept in every case: bfloat16 has float32's exponent range.
+    `compensate` adds the error-free product, needed unless beta * src is
+    known to be exact.
     """
     t, tl = _product(beta, src, compensate)
     # exp(-t) = exp(z - zl): the correction enters with the reduction.
@@ -151,20 +150,18 @@ def sigmoid_times(src, dd, beta, *, compensate, ordered):
     e_b = -lax.clamp(_I32(0), k, _I32(126))
     x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
     y_scale = _pow2(e_b)
-    if ordered:
-        # D = big + (small + p * x_scale): one rounding of size ulp(D).
-        neg = k < 0
-        big = lax.select(neg, y_scale, x_scale)
-        small = lax.select(neg, x_scale, y_scale)
-        d = big + (small + p * x_scale)
-    else:
-        d = (p + _F32(1)) * x_scale + y_scale
+    # D = big + (small + p * x_scale): one rounding of size ulp(D).
+    neg = k < 0
+    big = lax.select(neg, y_scale, x_scale)
+    small = lax.select(neg, x_scale, y_scale)
+    d = big + (small + p * x_scale)
     y_scale = lax.select(_sigmoid_is_zero(t, src), lax.full_like(y_scale, 0), y_scale)
     return (dd / d) * y_scale
 
 
-# Half types: below this t, exp(-t) is shifted by -_TAIL_SHIFT and the
+# bfloat16: below _HALF_TAIL, exp(-t) is shifted by -_TAIL_SHIFT and the
 # quotient scaled back by exp(-_TAIL_SHIFT / 2) twice (each factor normal).
+# _TAIL_SHIFT also caps exp's argument below its overflow threshold.
 _HALF_TAIL = _F32(-80.0)
 _TAIL_SHIFT = _F32(88.0)
 _TAIL_SCALE = _F32(np.exp(-44.0))
@@ -174,7 +171,7 @@ def sigmoid_times_bf16(src, dd, beta):
     """dd * sigmoid(beta * src) in float32 for bfloat16 data.
 
     XLA's own exp suffices: a few f32 ulps are far below half an ulp of an
-    8- or 11-bit result. What it cannot do alone is the tail, where exp(-t)
+    8-bit result. What it cannot do alone is the tail, where exp(-t)
     overflows but the result is a normal bfloat16 (which has float32's
     exponent range): there exp(-t - 88) is used and the quotient is scaled
     by exp(-44) twice. One exp, used once, keeps the loop in one fusion.
@@ -203,6 +200,38 @@ def sigmoid_times_f16(src, dd, beta):
     t = beta * src
     arg = lax.select(lax.abs(src) == np.inf, -t, lax.min(-t, _TAIL_SHIFT))
     return dd / (lax.exp(arg) + _F32(1))
+
+
+def _bf16_to_f32(x):
+    # bf16 is the top half of an f32: a shift, which XLA vectorises more
+    # widely than its own convert around transcendental code.
+    bits = lax.convert_element_type(lax.bitcast_convert_type(x, np.uint16), np.uint32)
+    return lax.bitcast_convert_type(lax.shift_left(bits, np.uint32(16)), np.float32)
+
+
+def _f32_to_bf16(x):
+    # Round to nearest even on the bits; NaN stays a (quiet) NaN.
+    bits = lax.bitcast_convert_type(x, np.uint32)
+    lsb = lax.shift_right_logical(bits, np.uint32(16)) & np.uint32(1)
+    rounded = lax.shift_right_logical(bits + np.uint32(0x7FFF) + lsb, np.uint32(16))
+    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    quiet = lax.shift_right_logical(bits, np.uint32(16)) | np.uint32(0x0040)
+    out = lax.select(is_nan, quiet, rounded)
+    return lax.bitcast_convert_type(lax.convert_element_type(out, np.uint16), _BF16)
+
+
+def to_f32(x):
+    """Widen bf16/f16 to f32 (exact)."""
+    if x.dtype == _BF16:
+        return _bf16_to_f32(x)
+    return lax.convert_element_type(x, np.float32)
+
+
+def from_f32(x, dtype):
+    """Round f32 to `dtype` once, to nearest even."""
+    if dtype == _BF16:
+        return _f32_to_bf16(x)
+    return lax.convert_element_type(x, dtype)
 
 
 def sigmoid_times_f64(src, dd, beta):
@@ -281,6 +310,7 @@ def softplus_f32(x, beta, *, compensate):
 
 
 def softplus_f64(x, beta):
+    """(1/beta) log(1 + exp(beta x)) in float64 by the stable formula."""
     t = beta * x
     part = lax.log1p(lax.exp(-lax.abs(t))) / beta
     return lax.select(t > 0, x + part, part)

@@ -77,53 +77,19 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_exact):
     return src.update(weak_type=False)
 
 
-def _bf16_to_f32(x):
-    # bf16 is the top half of an f32: a shift, which XLA vectorises more
-    # widely than its own convert around transcendental code.
-    bits = lax.convert_element_type(lax.bitcast_convert_type(x, np.uint16), np.uint32)
-    return lax.bitcast_convert_type(lax.shift_left(bits, np.uint32(16)), np.float32)
-
-
-def _f32_to_bf16(x):
-    # Round to nearest even on the bits; NaN stays a (quiet) NaN.
-    bits = lax.bitcast_convert_type(x, np.uint32)
-    lsb = lax.shift_right_logical(bits, np.uint32(16)) & np.uint32(1)
-    rounded = lax.shift_right_logical(bits + np.uint32(0x7FFF) + lsb, np.uint32(16))
-    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    quiet = lax.shift_right_logical(bits, np.uint32(16)) | np.uint32(0x0040)
-    out = lax.select(is_nan, quiet, rounded)
-    return lax.bitcast_convert_type(
-        lax.convert_element_type(out, np.uint16), jnp.bfloat16
-    )
-
-
-def to_f32(x):
-    """Widen bf16/f16 to f32 (exact)."""
-    if x.dtype == jnp.bfloat16:
-        return _bf16_to_f32(x)
-    return lax.convert_element_type(x, np.float32)
-
-
-def from_f32(x, dtype):
-    """Round f32 to `dtype` once, to nearest even."""
-    if dtype == jnp.bfloat16:
-        return _f32_to_bf16(x)
-    return lax.convert_element_type(x, dtype)
-
-
 def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact):
     """The lowering, traced into StableHLO by `mlir.lower_fun`."""
     dtype = src.dtype
     if dtype == np.float64:
         return _math.sigmoid_times_f64(src, diff_dst, beta)
     if dtype == np.float32:
-        return _math.sigmoid_times(
-            src, diff_dst, beta, compensate=not beta_exact, ordered=True
-        )
+        return _math.sigmoid_times_f32(src, diff_dst, beta, compensate=not beta_exact)
     kernel = (
         _math.sigmoid_times_f16 if dtype == np.float16 else _math.sigmoid_times_bf16
     )
-    return from_f32(kernel(to_f32(src), to_f32(diff_dst), beta), dtype)
+    return _math.from_f32(
+        kernel(_math.to_f32(src), _math.to_f32(diff_dst), beta), dtype
+    )
 
 
 def _softplus_backward_jvp(primals, tangents, *, beta_exact):

@@ -11,7 +11,8 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from jax_softplus import _math, _validate
-from jax_softplus._primitive import from_f32, softplus_backward_p, to_f32
+from jax_softplus._math import from_f32, to_f32
+from jax_softplus._primitive import softplus_backward_p
 
 ArrayLike = Any
 

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus._primitive import from_f32, to_f32
+from jax_softplus._math import from_f32, to_f32
 
 
 def test_bf16_to_f32_matches_astype_on_every_bf16_value():
