@@ -6,7 +6,7 @@ from typing import Any
 
 import jax
 
-from jax_softplus import _validate
+from jax_softplus import _compat, _validate
 from jax_softplus._primitive import OwnJit, softplus_backward_p
 
 ArrayLike = Any
@@ -109,7 +109,7 @@ def softplus_backward_inplace(
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
     args = _validated(src, diff_dst, beta)
-    if any(isinstance(a, jax.core.Tracer) for a in args):
+    if any(_compat.is_tracer(a) for a in args):
         # Under an outer jit/vmap/grad there is no buffer to donate: the
         # outer computation owns its buffers (donate its arguments instead).
         return softplus_backward(*args)

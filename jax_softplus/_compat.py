@@ -12,6 +12,18 @@ import jax
 from jax.interpreters import batching
 
 
+def is_tracer(value: Any) -> bool:
+    """Whether `value` is a tracer (abstract under jit/vmap/grad).
+
+    `jax.core` is a legacy module whose exports JAX keeps trimming; if
+    `Tracer` leaves it, the private class is the fallback.
+    """
+    tracer = getattr(jax.core, "Tracer", None)
+    if tracer is None:  # pragma: no cover - future JAX
+        from jax._src.core import Tracer as tracer
+    return isinstance(value, tracer)
+
+
 def register_batching_rule(prim: Any, rule: Callable) -> None:
     """Register `rule(args, dims, **params) -> (out, out_dim)` for `prim`.
 

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_softplus import _compat
+
 _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _F32 = jnp.dtype(jnp.float32)
 _F64 = jnp.dtype(jnp.float64)
@@ -41,7 +43,7 @@ def _is_python_scalar(value: Any) -> bool:
 def _dtype_of(name: str, value: Any) -> np.dtype:
     """The canonical dtype `value` would have as a JAX array, or an error."""
     if isinstance(value, jax.Array):
-        if not isinstance(value, jax.core.Tracer) and value.is_deleted():
+        if not _compat.is_tracer(value) and value.is_deleted():
             raise ValueError(
                 f"{name} is a deleted array: its buffer was donated to an "
                 "earlier call (softplus_backward_inplace donates diff_dst). "
@@ -145,7 +147,7 @@ def beta(
             "beta must be a real scalar (a Python float or a 0-d float array), "
             f"got {type(value).__name__} {value!r:.60}."
         )
-    if isinstance(value, jax.core.Tracer):
+    if _compat.is_tracer(value):
         return value.astype(cdtype), False
     # A concrete jax.Array is read back once (a scalar transfer) to be checked.
     concrete = float(np.asarray(value, np.float64))
