@@ -128,12 +128,12 @@ def _product(beta, x, compensate):
 
 
 def _sigmoid_is_zero(t, src):
-    """Where sigmoid(beta * src) is exactly 0: src infinite and t = -inf.
+    """Where sigmoid(beta * src) is exactly 0: src infinite and t < 0.
 
     Then inf * sigmoid is NaN. A finite src whose product overflows to -inf
     has a tiny but positive sigmoid, and inf times it stays inf.
     """
-    return (t == -np.inf) & (lax.abs(src) == np.inf)
+    return (lax.abs(src) == np.inf) & (t < 0)
 
 
 def sigmoid_times_f32(src, dd, beta, *, compensate):
@@ -159,80 +159,66 @@ def sigmoid_times_f32(src, dd, beta, *, compensate):
     return (dd / d) * y_scale
 
 
-# bfloat16: below _HALF_TAIL, exp(-t) is shifted by -_TAIL_SHIFT and the
-# quotient scaled back by exp(-_TAIL_SHIFT / 2) twice (each factor normal).
-# _TAIL_SHIFT also caps exp's argument below its overflow threshold.
-_HALF_TAIL = _F32(-80.0)
-_TAIL_SHIFT = _F32(88.0)
-_TAIL_SCALE = _F32(np.exp(-44.0))
+# exp(r) on [0, ln 2], degree 4, highest first (a Chebyshev fit; relative
+# error 3.6e-6, 2**-18: far below half an ulp of a bfloat16 or float16).
+_EXP_Q4 = tuple(
+    _F32(c)
+    for c in (
+        0.05928042531013489,
+        0.1552969068288803,
+        0.502903163433075,
+        0.9997437596321106,
+        1.0000035762786865,
+    )
+)
+
+
+def _exp_reduce_half(z):
+    """exp(z) = 2**k * q, q in [1, 2), to about 2**-18 relative.
+
+    For half-precision results computed in f32: about half the instructions
+    of XLA's exp, which is accurate to float32's last bit. Returns (k, q).
+    """
+    kf = lax.floor(z * _LOG2E)
+    # kf + MAGIC is bit-cast at once: XLA would fold (x + C) - C to x.
+    k = lax.bitcast_convert_type(kf + _MAGIC, _I32) - _MAGIC_BITS
+    r = z - kf * _F32(np.log(2.0))
+    q = _EXP_Q4[0]
+    for c in _EXP_Q4[1:]:
+        q = q * r + c
+    return k, q
 
 
 def sigmoid_times_bf16(src, dd, beta):
     """dd * sigmoid(beta * src) in float32 for bfloat16 data.
 
-    XLA's own exp suffices: a few f32 ulps are far below half an ulp of an
-    8-bit result. What it cannot do alone is the tail, where exp(-t)
-    overflows but the result is a normal bfloat16 (which has float32's
-    exponent range): there exp(-t - 88) is used and the quotient is scaled
-    by exp(-44) twice. One exp, used once, keeps the loop in one fusion.
+    bfloat16 has float32's exponent range, so the tail where exp(-t)
+    overflows but the result is normal is kept, with the scaled
+    denominator of the float32 kernel; the exponential needs only 2**-18.
     """
     t = beta * src
-    main = t >= _HALF_TAIL
-    zero = lax.full_like(t, 0)
-    one = lax.full_like(t, 1)
-    arg = -t - lax.select(main, zero, lax.full_like(t, _TAIL_SHIFT))
-    # Capped so that inf * sigmoid(t) stays inf for every finite t; an
-    # infinite src keeps the exact limits (sigmoid(-inf) = 0).
-    arg = lax.select(lax.abs(src) == np.inf, arg, lax.min(arg, _TAIL_SHIFT))
-    q = dd / (lax.exp(arg) + lax.select(main, one, zero))
-    scale = lax.select(main, one, lax.full_like(t, _TAIL_SCALE))
-    return q * scale * scale
-
-
-# exp(r) on [-ln 2 / 2, ln 2 / 2], degree 4, highest first (a Chebyshev fit;
-# relative error 3.6e-6, 2**-18: far below half an ulp of a float16).
-_EXP_Q4 = tuple(
-    _F32(c)
-    for c in (
-        0.04191756621003151,
-        0.16792179644107819,
-        0.4999886751174927,
-        0.9999622702598572,
-        1.0000001192092896,
-    )
-)
-
-
-def _exp_f16(a):
-    """exp(a) to about 2**-18 relative, for float16 results computed in f32.
-
-    Half the instructions of XLA's exp: no range checks beyond a clamp, and
-    2**k is built from bits, 0 below the normal range. Values above 88 are
-    capped (exp(88) is still finite).
-    """
-    a = lax.clamp(_F32(-104.0), a, _F32(88.0))
-    kf = lax.round(a * _LOG2E, lax.RoundingMethod.TO_NEAREST_EVEN)
-    # kf + MAGIC is bit-cast at once: XLA would fold (x + C) - C to x.
-    k = lax.bitcast_convert_type(kf + _MAGIC, _I32) - _MAGIC_BITS
-    r = a - kf * _F32(np.log(2.0))
-    q = _EXP_Q4[0]
-    for c in _EXP_Q4[1:]:
-        q = q * r + c
-    return q * _pow2(lax.max(k, _I32(-127)))
+    k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -t, _ZMAX))
+    e_b = -lax.clamp(_I32(0), k, _I32(126))
+    x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
+    y_scale = _pow2(e_b)
+    d = q * x_scale + y_scale
+    y_scale = lax.select(_sigmoid_is_zero(t, src), lax.full_like(y_scale, 0), y_scale)
+    return (dd / d) * y_scale
 
 
 def sigmoid_times_f16(src, dd, beta):
     """dd * sigmoid(beta * src) in float32 for float16 data.
 
     A float16 result is normal only for t = beta * src above about -21
-    (|dd| <= 65504), so unlike bfloat16 there is no tail to keep, and an exp
-    accurate to 2**-18 suffices: dd / (1 + exp(-t)), with exp(-t) capped so
-    that inf * sigmoid(t) stays inf for finite t. sigmoid(-inf) is exactly 0.
+    (|dd| <= 65504), so unlike bfloat16 there is no tail to keep:
+    dd / (1 + exp(-t)), with exp(-t) capped at exp(88) so that inf * sigmoid(t)
+    stays inf for finite t, and 0 below the normal range.
     """
     t = beta * src
-    q = dd / (_exp_f16(-t) + _F32(1))
-    zero = (lax.abs(src) == np.inf) & (t < 0)
-    return lax.select(zero, dd * _F32(0), q)
+    k, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -t, _F32(88.0)))
+    e = q * _pow2(lax.max(k, _I32(-127)))
+    out = dd / (e + _F32(1))
+    return lax.select(_sigmoid_is_zero(t, src), dd * _F32(0), out)
 
 
 def _bf16_to_f32(x):
