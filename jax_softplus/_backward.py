@@ -7,7 +7,7 @@ from typing import Any
 import jax
 
 from jax_softplus import _compat, _validate
-from jax_softplus._primitive import OwnJit, softplus_backward_p
+from jax_softplus._primitive import own_jit, softplus_backward_p
 
 ArrayLike = Any
 
@@ -68,7 +68,7 @@ def _inplace(src, diff_dst, beta):
     return softplus_backward(src, diff_dst, beta)
 
 
-_inplace_jit = OwnJit(_inplace, donate_argnames=("diff_dst",))
+_inplace_jit = own_jit(_inplace, donate_argnames=("diff_dst",))
 
 
 def softplus_backward_inplace(

@@ -25,42 +25,24 @@ softplus_backward_p = Primitive("softplus_backward")
 
 
 # On AVX-512 CPUs XLA vectorises float32 loops 256 bits wide by default; 512
-# bits ran the float32 kernel at 1.5x instead of 2.3x the donated a*b floor,
-# with identical bits, but slowed the bfloat16 kernel (2.5x against 2.2x).
-# It is a CPU option; other backends ignore it. It applies to the library's
-# own top-level jits only (JAX refuses compiler options on nested jits):
-# users' jits can set XLA_FLAGS=--xla_cpu_prefer_vector_width=512.
+# bits ran the float32 kernel at 1.5x instead of 2.2-2.4x the donated a*b
+# floor (bfloat16 1.8x against 1.9x, float16 equal), with identical bits.
+# It is a CPU option; other backends ignore it. It can only be given to the
+# library's own top-level jits (JAX refuses compiler options on nested
+# jits); users' jits can set XLA_FLAGS=--xla_cpu_prefer_vector_width=512.
 _WIDE_VECTORS = {"xla_cpu_prefer_vector_width": 512}
-_WIDE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-class OwnJit:
-    """`jax.jit(fun)` for the library's top-level calls, compiled with the
-    vector width that measured fastest for the data's dtype (the first
-    argument's)."""
-
-    def __init__(self, fun, **jit_kwargs):
-        self._wide = jax.jit(fun, compiler_options=_WIDE_VECTORS, **jit_kwargs)
-        self._default = jax.jit(fun, **jit_kwargs)
-
-    def _pick(self, data):
-        return self._wide if np.dtype(data.dtype) in _WIDE_DTYPES else self._default
-
-    def __call__(self, data, *args, **kwargs):
-        return self._pick(data)(data, *args, **kwargs)
-
-    def lower(self, data, *args, **kwargs):
-        return self._pick(data).lower(data, *args, **kwargs)
-
-    def _cache_size(self):
-        return self._wide._cache_size() + self._default._cache_size()
+def own_jit(fun, **jit_kwargs):
+    """`jax.jit` for the library's top-level calls, with wide CPU vectors."""
+    return jax.jit(fun, compiler_options=_WIDE_VECTORS, **jit_kwargs)
 
 
 def _bind(src, diff_dst, beta, *, beta_exact):
     return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
 
 
-_jitted_bind = OwnJit(_bind, static_argnames=("beta_exact",))
+_jitted_bind = own_jit(_bind, static_argnames=("beta_exact",))
 
 
 def _softplus_backward_impl(src, diff_dst, beta, *, beta_exact):
