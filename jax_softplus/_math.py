@@ -229,13 +229,12 @@ def _bf16_to_f32(x):
 
 
 def _f32_to_bf16(x):
-    # Round to nearest even on the bits; NaN stays a (quiet) NaN.
+    # Round to nearest even on the bits. A NaN becomes the canonical quiet
+    # NaN: rounding its bits could carry into the sign.
     bits = lax.bitcast_convert_type(x, np.uint32)
     lsb = lax.shift_right_logical(bits, np.uint32(16)) & np.uint32(1)
     rounded = lax.shift_right_logical(bits + np.uint32(0x7FFF) + lsb, np.uint32(16))
-    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    quiet = lax.shift_right_logical(bits, np.uint32(16)) | np.uint32(0x0040)
-    out = lax.select(is_nan, quiet, rounded)
+    out = lax.select(x != x, lax.full_like(rounded, 0x7FC0), rounded)
     return lax.bitcast_convert_type(lax.convert_element_type(out, np.uint16), _BF16)
 
 
