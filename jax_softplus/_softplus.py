@@ -121,7 +121,7 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       >>> softplus(jnp.array([-20.0, 0.0, 100.0]))
       Array([2.0611537e-09, 6.9314718e-01, 1.0000000e+02], dtype=float32)
       >>> jax.grad(lambda x: softplus(x, 2.0))(0.0)
-      Array(0.5, dtype=float32, weak_type=True)
+      Array(0.5, dtype=float32)
     """
     x = _validate.operand("x", x)
     beta, beta_exact = _validate.beta(beta, x.dtype, forward=True)

@@ -4,6 +4,9 @@ promotion inside the library fails loudly here."""
 import jax
 import pytest
 
+# Scripts run in subprocesses by the tests, not test modules.
+collect_ignore = ["scripts"]
+
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
