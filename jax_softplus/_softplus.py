@@ -26,10 +26,15 @@ def _softplus_kernel(x, beta, *, beta_exact):
     return from_f32(_math.softplus_f32(to_f32(x), beta, compensate=False), x.dtype)
 
 
-def _dbeta(beta_exact, x, beta, y):
-    """d softplus / d beta = (x sigmoid(beta x) - softplus(x)) / beta."""
+def _dbeta(beta_exact, x, beta):
+    """d softplus / d beta = (x sigmoid(beta x) - softplus(x)) / beta, per element.
+
+    In the compute dtype (beta's), so that bf16/f16 rounding of softplus(x)
+    does not enter the difference.
+    """
+    x = x.astype(beta.dtype)
     x_sigmoid = softplus_backward_p.bind(x, x, beta, beta_exact=beta_exact)
-    return (x_sigmoid - y) / beta
+    return (x_sigmoid - _softplus_value(beta_exact, x, beta)) / beta
 
 
 # The value itself carries a JVP: higher-order reverse mode differentiates a
@@ -44,14 +49,12 @@ def _softplus_value_jvp(beta_exact, primals, tangents):
     x, beta = primals
     x_dot, beta_dot = tangents
     y = _softplus_value(beta_exact, x, beta)
-    y_dot = jnp.zeros_like(y)
+    terms = []
     if type(x_dot) is not SymbolicZero:
-        y_dot = softplus_backward_p.bind(x, x_dot, beta, beta_exact=beta_exact)
+        terms.append(softplus_backward_p.bind(x, x_dot, beta, beta_exact=beta_exact))
     if type(beta_dot) is not SymbolicZero:
-        cdtype = beta.dtype
-        xc = x.astype(cdtype)
-        yc = _softplus_value(beta_exact, xc, beta)
-        y_dot = y_dot + (_dbeta(beta_exact, xc, beta, yc) * beta_dot).astype(y.dtype)
+        terms.append((_dbeta(beta_exact, x, beta) * beta_dot).astype(y.dtype))
+    y_dot = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
     return y, y_dot
 
 
@@ -76,12 +79,7 @@ def _softplus_bwd(beta_exact, res, g):
     dx = softplus_backward_p.bind(x, g, beta, beta_exact=beta_exact)
     if beta_perturbed is None:
         return dx, None
-    # In the compute dtype, so that bf16/f16 rounding of y does not enter the
-    # difference x sigmoid(beta x) - y.
-    cdtype = beta.dtype
-    xc = x.astype(cdtype)
-    yc = _softplus_value(beta_exact, xc, beta)
-    return dx, jnp.sum(g.astype(cdtype) * _dbeta(beta_exact, xc, beta, yc))
+    return dx, jnp.sum(g.astype(beta.dtype) * _dbeta(beta_exact, x, beta))
 
 
 _softplus.defvjp(_softplus_fwd, _softplus_bwd, symbolic_zeros=True)
