@@ -60,15 +60,20 @@ def softplus_backward(
 
 def _validated(src, diff_dst, beta):
     src, diff_dst = _validate.operand_pair(src, diff_dst)
-    beta, _ = _validate.beta(beta, src.dtype, forward=False)
-    return src, diff_dst, beta
+    beta, beta_exact = _validate.beta(beta, src.dtype, forward=False)
+    return (src, diff_dst, beta), beta_exact
 
 
-def _inplace(src, diff_dst, beta):
-    return softplus_backward(src, diff_dst, beta)
+def _inplace(src, diff_dst, beta, beta_exact):
+    return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
 
 
-_inplace_jit = own_jit(_inplace, donate_argnames=("diff_dst",))
+# beta stays a traced argument; only the static hint that a concrete beta is
+# a power of two (same bits, no error-free product: about 15% faster in
+# float32) picks between at most two compilations per shape.
+_inplace_jit = own_jit(
+    _inplace, donate_argnames=("diff_dst",), static_argnames=("beta_exact",)
+)
 
 
 def softplus_backward_inplace(
@@ -108,16 +113,17 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    args = _validated(src, diff_dst, beta)
+    args, beta_exact = _validated(src, diff_dst, beta)
     if any(_compat.is_tracer(a) for a in args):
         # Under an outer jit/vmap/grad there is no buffer to donate: the
         # outer computation owns its buffers (donate its arguments instead).
-        return softplus_backward(*args)
-    return _inplace_jit(*args)
+        return softplus_backward_p.bind(*args, beta_exact=beta_exact)
+    return _inplace_jit(*args, beta_exact=beta_exact)
 
 
 def _lower(src, diff_dst, beta=1.0):
-    return _inplace_jit.lower(*_validated(src, diff_dst, beta))
+    args, beta_exact = _validated(src, diff_dst, beta)
+    return _inplace_jit.lower(*args, beta_exact=beta_exact)
 
 
 softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]

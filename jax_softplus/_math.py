@@ -101,17 +101,15 @@ def _exp_reduce(z, zl):
     kf = lax.floor(z * _LOG2E)
     k = lax.bitcast_convert_type(kf + _MAGIC, _I32) - _MAGIC_BITS
     rh = z - kf * _LN2_HI  # exact
-    rl = kf * _LN2_LO
-    if zl is None:
-        r = rh - rl
-        rc = (rh - r) - rl
-    else:
-        # Kept in this order so that zl == 0 gives the same bits as the
-        # branch above: eager and jit calls may take different branches.
-        s = rh - zl
-        sc = (rh - s) - zl
-        r = s - rl
-        rc = ((s - r) - rl) + sc
+    # The two small terms are summed first: |w| < 0.06, so that rounding is
+    # below 2**-28, and zl == 0 gives the same bits as zl = None (eager and
+    # jitted calls may take different branches). rc is r's rounding error
+    # (Fast2Sum; where |rh| < |w|, r is below 0.12 and its error 2**-28).
+    w = kf * _LN2_LO
+    if zl is not None:
+        w = w + zl
+    r = rh - w
+    rc = (rh - r) - w
     p = r + (_expm1_poly(r) + rc)
     return k, p
 

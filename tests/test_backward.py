@@ -111,11 +111,23 @@ def test_exact_beta_shortcut_changes_no_bits(beta):
     rng = np.random.default_rng(11)
     src = random_src(rng, 1 << 16, beta or 1.0, jnp.float32, (-180.0, 180.0))
     dd = random_dd(rng, 1 << 16, jnp.float32, 1e4)
-    concrete = softplus_backward(src, dd, beta)
     traced = jax.jit(softplus_backward)(src, dd, jnp.float32(beta))
-    np.testing.assert_array_equal(
-        np.asarray(concrete).view(np.uint32), np.asarray(traced).view(np.uint32)
-    )
+    for concrete in (
+        softplus_backward(src, dd, beta),
+        softplus_backward_inplace(src, jnp.array(dd, copy=True), beta),
+    ):
+        np.testing.assert_array_equal(
+            np.asarray(concrete).view(np.uint32), np.asarray(traced).view(np.uint32)
+        )
+
+
+def test_inplace_takes_the_exact_beta_shortcut():
+    # beta stays a traced argument of the donating jit, but a power of two
+    # compiles without the error-free product (its 0xfffff000 split mask).
+    x = jnp.ones(256)
+    exact = softplus_backward_inplace.lower(x, x, 1.0).as_text()
+    inexact = softplus_backward_inplace.lower(x, x, 1.7).as_text()
+    assert "-4096" in inexact and "-4096" not in exact
 
 
 def test_numpy_and_python_inputs_are_converted():

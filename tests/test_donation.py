@@ -57,9 +57,10 @@ def test_memory_analysis_shows_alias_and_no_temporary(dtype):
 def test_new_beta_does_not_recompile():
     src, _ = _inputs(jnp.float32)
     before = softplus_backward_inplace._cache_size()
-    for beta in (0.5, 1.0, -2.0, 1.7, 0.0):
+    for beta in (0.5, 1.0, -2.0, 1.7, 0.0, 0.3, 3.1):
         softplus_backward_inplace(src, jnp.ones(N), beta).block_until_ready()
-    assert softplus_backward_inplace._cache_size() - before <= 1
+    # One compilation for powers of two (and 0), one for the other betas.
+    assert softplus_backward_inplace._cache_size() - before <= 2
     jitted = jax.jit(lambda s, d, b: softplus_backward(s, d, b))
     for beta in (0.5, 1.0, -2.0):
         jitted(src, src, beta)

@@ -89,6 +89,7 @@ def test_ten_thousand_small_calls_keep_memory_and_caches_flat():
     # A concrete power-of-two beta compiles the one other variant (no
     # error-free product); after that, no beta value adds an entry.
     softplus_backward(src, src, 1.0)
+    softplus_backward_inplace(src, jnp.ones(64), 1.0)
     before = _rss()
     caches = (_primitive._jitted_bind._cache_size(), jitted._cache_size())
     inplace_cache = softplus_backward_inplace._cache_size()
