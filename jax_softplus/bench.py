@@ -31,6 +31,7 @@ import numpy as np
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+_DTYPE_ALIASES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
 @dataclass
@@ -312,7 +313,23 @@ def bench_train_step(repeats, progress, batch=256):
 def _parse_size(text):
     text = text.strip().upper()
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(float(text.rstrip("KMG")) * scale)
+    try:
+        n = int(float(text.rstrip("KMG")) * scale)
+    except ValueError:
+        raise ValueError(f"bad size {text!r}; use e.g. 4096, 1K, 16M") from None
+    if n < 1:
+        raise ValueError(f"bad size {text!r}; a size must be at least 1")
+    return n
+
+
+def _parse_dtype(text):
+    """'f32' or 'float32' (and so on) to the short name used in the table."""
+    name = text.strip().lower()
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        choices = ", ".join(f"{k} ({v})" for v, k in _DTYPE_ALIASES.items())
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; choose {choices}")
+    return name
 
 
 def _fmt_size(n):
@@ -430,9 +447,12 @@ def main(argv=None):
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     args = p.parse_args(argv)
 
-    sizes = [_parse_size(s) for s in args.sizes.split(",") if s]
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    betas = [float(b) for b in args.betas.split(",") if b]
+    try:
+        sizes = [_parse_size(s) for s in args.sizes.split(",") if s.strip()]
+        dtypes = [_parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
+        betas = [float(b) for b in args.betas.split(",") if b.strip()]
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        p.error(str(err))
     jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
     total = len(jobs) + (len(sizes) * len(dtypes) if args.fwd_bwd else 0)
     done = [0]

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from jax_softplus import bench
 
 
@@ -29,3 +31,27 @@ def test_sizes_parse():
     assert bench._parse_size("16M") == 16 << 20
     assert bench._parse_size("1K") == 1024
     assert bench._fmt_size(64 << 20) == "64M"
+
+
+def test_dtype_names_long_and_short():
+    assert [bench._parse_dtype(d) for d in ("float32", "BF16", " f16")] == [
+        "f32",
+        "bf16",
+        "f16",
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--dtypes", "int8"], "unknown dtype 'int8'"),
+        (["--sizes", "lots"], "bad size 'LOTS'"),
+        (["--sizes", "0"], "at least 1"),
+        (["--betas", "x"], "could not convert"),
+    ],
+)
+def test_bad_options_are_usage_errors(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(argv)
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
