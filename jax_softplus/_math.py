@@ -16,7 +16,9 @@ Float32 layout of the backward kernel, for `diff_src = dd * sigmoid(t)` with
    error enter `r` as a correction, so `p` is that of the exact `t`.
 3. `sigmoid(t) = 2**-K / D` with `D = 2**(k-K) * (1 + p) + 2**-K`. The
    scale `K` keeps `D` in range when `exp(-t)` overflows, which is the tail
-   where `sigmoid(t)` underflows but `dd * sigmoid(t)` does not.
+   where `sigmoid(t)` underflows but `dd * sigmoid(t)` does not. Below
+   t = -176.06 (k > 253) a third factor, 2**-25, is taken from `dd`: the
+   result is then below float32's normal range for every finite `dd`.
 4. `diff_src = (dd / D) * 2**-K`, a single rounding in the division; the
    final scaling by a power of two is exact.
 
@@ -44,8 +46,10 @@ _LOG2E = _F32(1.4426950408889634)
 # which must also handle NaN and overflow.
 _MAGIC = _F32(12582912.0)
 _MAGIC_BITS = _I32(0x4B400000)
-# Clamp for -t: beyond it the result is 0 or dd, and 2**(k - 126) stays finite.
+# Clamps for -t. Below -_ZMAX, sigmoid(t) rounds to 1. Beyond _ZDEEP,
+# dd * exp(-z) < 2**-150 for every finite dd, so the result rounds to 0.
 _ZMAX = _F32(175.5)
+_ZDEEP = _F32(192.8)
 # Coefficients of q in expm1(r) = r + r**2 * q(r) on [0, ln 2], highest first
 # (a Chebyshev fit; absolute error of expm1 below 2**-29 on the interval).
 _EXPM1_Q = tuple(
@@ -93,14 +97,14 @@ def _expm1_poly(r):
 
 
 def _exp_reduce(z, zl):
-    """exp(z - zl) = 2**k * (1 + p) for float32 z in [-_ZMAX, _ZMAX].
+    """exp(z - zl) = 2**k * (1 + p) for float32 z in [-_ZDEEP, _ZDEEP].
 
     `zl` is a small correction (the product error, or None for an exact z).
     Returns (k as int32, p) with p in [0, 1) up to rounding.
     """
     kf = lax.floor(z * _LOG2E)
     k = lax.bitcast_convert_type(kf + _MAGIC, _I32) - _MAGIC_BITS
-    rh = z - kf * _LN2_HI  # exact
+    rh = z - kf * _LN2_HI  # exact: _LN2_HI has 9 bits, |k| < 2**15
     # The two small terms are summed first: |w| < 0.06, so that rounding is
     # below 2**-28, and zl == 0 gives the same bits as zl = None (eager and
     # jitted calls may take different branches). rc is r's rounding error
@@ -114,24 +118,40 @@ def _exp_reduce(z, zl):
     return k, p
 
 
-def _product(beta, x, compensate):
+def _product(beta, x, compensate, limit):
     """t = fl(beta * x) and the correction zl with beta * x = t + zl."""
     t = beta * x
     if not compensate:
         return t, None
     tl = _product_error(beta, x, t)
-    # Where |t| is clamped (or t is inf/NaN) the correction is moot and the
-    # split may overflow; drop it there.
-    return t, lax.select(lax.abs(t) < _ZMAX, tl, lax.full_like(tl, 0))
+    # Where |t| is clamped (at `limit`, or t is inf/NaN) the correction is
+    # moot and the split may overflow; drop it there.
+    return t, lax.select(lax.abs(t) < limit, tl, lax.full_like(tl, 0))
 
 
-def _sigmoid_is_zero(t, src):
-    """Where sigmoid(beta * src) is exactly 0: src infinite and t < 0.
+def _sigmoid_is_zero(src, beta):
+    """Where sigmoid(beta * src) is exactly 0: src = -inf * sign(beta).
 
     Then inf * sigmoid is NaN. A finite src whose product overflows to -inf
-    has a tiny but positive sigmoid, and inf times it stays inf.
+    has a tiny but positive sigmoid, and inf times it stays inf. (beta = 0
+    with an infinite src gives t = NaN anyway.) One compare, against a
+    value computed once from beta.
     """
-    return (lax.abs(src) == np.inf) & (t < 0)
+    inf = lax.full_like(beta, np.inf)
+    return src == lax.select(beta > 0, -inf, inf)
+
+
+def _deep_tail(k, src, dd, beta):
+    """Move 2**-25 of the scale into dd where k > 253 (t below -176.06).
+
+    2**-k then needs three factors; dd * 2**-25 is exact unless dd is so
+    small that the result is 0 anyway. Where sigmoid is exactly 0 the factor
+    is 0, so that inf * 0 is NaN. Returns the new (k, dd).
+    """
+    deep = k > _I32(253)
+    zero = lax.full_like(dd, 0)
+    scale = lax.select(_sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-25))
+    return lax.select(deep, k - _I32(25), k), lax.select(deep, dd * scale, dd)
 
 
 def sigmoid_times_f32(src, dd, beta, *, compensate):
@@ -140,10 +160,11 @@ def sigmoid_times_f32(src, dd, beta, *, compensate):
     `compensate` adds the error-free product, needed unless beta * src is
     known to be exact.
     """
-    t, tl = _product(beta, src, compensate)
+    t, tl = _product(beta, src, compensate, _ZDEEP)
     # exp(-t) = exp(z - zl): the correction enters with the reduction.
-    z = lax.clamp(-_ZMAX, -t, _ZMAX)
+    z = lax.clamp(-_ZMAX, -t, _ZDEEP)
     k, p = _exp_reduce(z, tl)
+    k, dd = _deep_tail(k, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k, 0, 126) scales D into range.
     e_b = -lax.clamp(_I32(0), k, _I32(126))
     x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
@@ -153,7 +174,6 @@ def sigmoid_times_f32(src, dd, beta, *, compensate):
     big = lax.select(neg, y_scale, x_scale)
     small = lax.select(neg, x_scale, y_scale)
     d = big + (small + p * x_scale)
-    y_scale = lax.select(_sigmoid_is_zero(t, src), lax.full_like(y_scale, 0), y_scale)
     return (dd / d) * y_scale
 
 
@@ -195,12 +215,12 @@ def sigmoid_times_bf16(src, dd, beta):
     denominator of the float32 kernel; the exponential needs only 2**-18.
     """
     t = beta * src
-    k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -t, _ZMAX))
+    k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -t, _ZDEEP))
+    k, dd = _deep_tail(k, src, dd, beta)
     e_b = -lax.clamp(_I32(0), k, _I32(126))
     x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
     y_scale = _pow2(e_b)
     d = q * x_scale + y_scale
-    y_scale = lax.select(_sigmoid_is_zero(t, src), lax.full_like(y_scale, 0), y_scale)
     return (dd / d) * y_scale
 
 
@@ -216,7 +236,7 @@ def sigmoid_times_f16(src, dd, beta):
     k, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -t, _F32(88.0)))
     e = q * _pow2(lax.max(k, _I32(-127)))
     out = dd / (e + _F32(1))
-    return lax.select(_sigmoid_is_zero(t, src), dd * _F32(0), out)
+    return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
 
 
 def _bf16_to_f32(x):
@@ -305,7 +325,7 @@ def softplus_f32(x, beta, *, compensate):
     With t = beta x and e = exp(-|t|): softplus = [t > 0] x + log1p(e) / beta,
     which never overflows and keeps full relative accuracy for t << 0.
     """
-    t, tl = _product(beta, x, compensate)
+    t, tl = _product(beta, x, compensate, _ZMAX)
     pos = t > 0
     z = lax.max(-lax.abs(t), -_ZMAX)
     if tl is not None:

@@ -44,6 +44,35 @@ def test_float32_tail_where_sigmoid_underflows(beta):
     assert max_ulp(softplus_backward(src, dd, beta), ref, jnp.float32) <= 2.5
 
 
+@pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16))
+def test_beyond_the_tail_with_a_huge_diff_dst(dtype):
+    # Below t = -176.06 the exact result is under the smallest normal for
+    # every finite diff_dst: 0 here (the CPU flushes subnormals), not the
+    # value at a clamped t. Just above it, normal results stay accurate.
+    t = np.array([-175.6, -176.0, -176.1, -180.0, -300.0, -1e30], np.float32)
+    dd = jnp.full(t.shape, 3.3e38, dtype)
+    for beta in (1.0, 1.7, -0.37):
+        src = jnp.asarray(t / np.float32(beta), dtype)
+        got = np.asarray(softplus_backward(src, dd, beta), np.float64)
+        ref = backward_ref(src, dd, beta)
+        tiny = float(jnp.finfo(dtype).tiny)
+        low = np.abs(ref) < tiny
+        assert low[-3:].all() and np.all(np.abs(got[low]) < tiny), (beta, got)
+        assert max_ulp(got, ref, dtype) <= ULP_BOUND[np.dtype(dtype)], (beta, got)
+
+
+def test_infinities_in_the_deep_tail():
+    # sigmoid(-inf) is exactly 0: inf * 0 is NaN. For a finite src whose
+    # sigmoid merely underflows, inf * sigmoid stays inf.
+    src = jnp.array([-np.inf, -np.inf, -1e30, -200.0, np.inf], jnp.float32)
+    dd = jnp.array([np.inf, 5.0, -np.inf, np.inf, np.inf], jnp.float32)
+    got = np.asarray(softplus_backward(src, dd, 1.0))
+    assert np.isnan(got[0]) and got[1] == 0.0
+    np.testing.assert_array_equal(got[2:], [-np.inf, np.inf, np.inf])
+    got = np.asarray(softplus_backward(-src, dd, -2.0))
+    assert np.isnan(got[0]) and got[1] == 0.0
+
+
 def test_issue_example_in_the_tail():
     got = softplus_backward(jnp.float32(-90.0), jnp.float32(1000.0))
     ref = 1000.0 * np.exp(-90.0) / (1 + np.exp(-90.0))
