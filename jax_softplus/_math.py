@@ -133,12 +133,11 @@ def _sigmoid_is_zero(src, beta):
     """Where sigmoid(beta * src) is exactly 0: src = -inf * sign(beta).
 
     Then inf * sigmoid is NaN. A finite src whose product overflows to -inf
-    has a tiny but positive sigmoid, and inf times it stays inf. (beta = 0
-    with an infinite src gives t = NaN anyway.) One compare, against a
-    value computed once from beta.
+    has a tiny but positive sigmoid, and inf times it stays inf. One compare,
+    against a value computed once from beta: NaN (equal to nothing) for
+    beta = 0, where t = 0 * inf is NaN.
     """
-    inf = lax.full_like(beta, np.inf)
-    return src == lax.select(beta > 0, -inf, inf)
+    return src == lax.full_like(beta, -np.inf) * lax.sign(beta)
 
 
 def _deep_tail(k, src, dd, beta):
@@ -246,13 +245,16 @@ def _bf16_to_f32(x):
     return lax.bitcast_convert_type(lax.shift_left(bits, np.uint32(16)), np.float32)
 
 
-def _f32_to_bf16(x):
-    # Round to nearest even on the bits. A NaN becomes the canonical quiet
-    # NaN: rounding its bits could carry into the sign.
+def _f32_to_bf16(x, nan_low_bits_clear):
+    # Round to nearest even on the bits. Rounding a NaN whose low 16 bits
+    # are set can carry into the sign (0x7FFFFFFF becomes -0.0), so a NaN
+    # becomes the canonical quiet NaN, unless the caller knows that every
+    # NaN in x has its low 16 bits clear: then the rounding keeps it a NaN.
     bits = lax.bitcast_convert_type(x, np.uint32)
     lsb = lax.shift_right_logical(bits, np.uint32(16)) & np.uint32(1)
-    rounded = lax.shift_right_logical(bits + np.uint32(0x7FFF) + lsb, np.uint32(16))
-    out = lax.select(x != x, lax.full_like(rounded, 0x7FC0), rounded)
+    out = lax.shift_right_logical(bits + np.uint32(0x7FFF) + lsb, np.uint32(16))
+    if not nan_low_bits_clear:
+        out = lax.select(x != x, lax.full_like(out, 0x7FC0), out)
     return lax.bitcast_convert_type(lax.convert_element_type(out, np.uint16), _BF16)
 
 
@@ -263,11 +265,28 @@ def to_f32(x):
     return lax.convert_element_type(x, np.float32)
 
 
-def from_f32(x, dtype):
-    """Round f32 to `dtype` once, to nearest even."""
+def from_f32(x, dtype, *, nan_low_bits_clear=False):
+    """Round f32 to `dtype` once, to nearest even.
+
+    `nan_low_bits_clear` promises that every NaN in `x` has its low 16 bits
+    clear, which saves a compare and a select for bfloat16 (see
+    `canonical_nan`).
+    """
     if dtype == _BF16:
-        return _f32_to_bf16(x)
+        return _f32_to_bf16(x, nan_low_bits_clear)
     return lax.convert_element_type(x, dtype)
+
+
+def canonical_nan(beta):
+    """beta, with any NaN replaced by the quiet NaN 0x7FC00000.
+
+    On CPUs (x86 and Arm) float32 arithmetic either propagates an operand's
+    NaN, quieted, or makes the default NaN, whose low 16 bits are clear, as
+    are those of every NaN widened from bfloat16. beta is the one float32
+    input, so with it canonical a bfloat16 kernel's NaNs all have their low
+    16 bits clear. (NVIDIA GPUs make 0x7FFFFFFF instead.)
+    """
+    return lax.select(beta != beta, lax.full_like(beta, np.nan), beta)
 
 
 def sigmoid_times_f64(src, dd, beta):

@@ -12,6 +12,8 @@ Rules are registered in one block at the bottom of this module.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,19 +61,25 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_exact):
     return src.update(weak_type=False)
 
 
-def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact):
-    """The lowering, traced into StableHLO by `mlir.lower_fun`."""
+def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact, cpu):
+    """The lowering, traced into StableHLO by `mlir.lower_fun`.
+
+    On CPUs every NaN of the bfloat16 kernel has its low 16 bits clear once
+    beta's is (`_math.canonical_nan`), so the final rounding needs no NaN
+    select: about 5% of the bfloat16 loop.
+    """
     dtype = src.dtype
     if dtype == np.float64:
         return _math.sigmoid_times_f64(src, diff_dst, beta)
     if dtype == np.float32:
         return _math.sigmoid_times_f32(src, diff_dst, beta, compensate=not beta_exact)
-    kernel = (
-        _math.sigmoid_times_f16 if dtype == np.float16 else _math.sigmoid_times_bf16
-    )
-    return _math.from_f32(
-        kernel(_math.to_f32(src), _math.to_f32(diff_dst), beta), dtype
-    )
+    if dtype == np.float16:
+        kernel = _math.sigmoid_times_f16
+    else:
+        kernel = _math.sigmoid_times_bf16
+        beta = _math.canonical_nan(beta) if cpu else beta
+    out = kernel(_math.to_f32(src), _math.to_f32(diff_dst), beta)
+    return _math.from_f32(out, dtype, nan_low_bits_clear=cpu)
 
 
 def _softplus_backward_jvp(primals, tangents, *, beta_exact):
@@ -149,10 +157,15 @@ def _softplus_backward_batch(args, dims, *, beta_exact):
 
 softplus_backward_p.def_impl(_softplus_backward_impl)
 softplus_backward_p.def_abstract_eval(_softplus_backward_abstract_eval)
-mlir.register_lowering(
-    softplus_backward_p,
-    mlir.lower_fun(_softplus_backward_kernel, multiple_results=False),
-)
+for _cpu, _platform in ((False, None), (True, "cpu")):
+    mlir.register_lowering(
+        softplus_backward_p,
+        mlir.lower_fun(
+            functools.partial(_softplus_backward_kernel, cpu=_cpu),
+            multiple_results=False,
+        ),
+        platform=_platform,
+    )
 ad.primitive_jvps[softplus_backward_p] = _softplus_backward_jvp
 ad.primitive_transposes[softplus_backward_p] = _softplus_backward_transpose
 _compat.register_batching_rule(softplus_backward_p, _softplus_backward_batch)

@@ -61,16 +61,19 @@ def test_beyond_the_tail_with_a_huge_diff_dst(dtype):
         assert max_ulp(got, ref, dtype) <= ULP_BOUND[np.dtype(dtype)], (beta, got)
 
 
-def test_infinities_in_the_deep_tail():
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_infinities(dtype):
     # sigmoid(-inf) is exactly 0: inf * 0 is NaN. For a finite src whose
-    # sigmoid merely underflows, inf * sigmoid stays inf.
-    src = jnp.array([-np.inf, -np.inf, -1e30, -200.0, np.inf], jnp.float32)
-    dd = jnp.array([np.inf, 5.0, -np.inf, np.inf, np.inf], jnp.float32)
-    got = np.asarray(softplus_backward(src, dd, 1.0))
-    assert np.isnan(got[0]) and got[1] == 0.0
-    np.testing.assert_array_equal(got[2:], [-np.inf, np.inf, np.inf])
-    got = np.asarray(softplus_backward(-src, dd, -2.0))
-    assert np.isnan(got[0]) and got[1] == 0.0
+    # sigmoid merely underflows, inf * sigmoid stays inf. beta = 0 with an
+    # infinite src is 0 * inf: NaN.
+    src = jnp.array([-np.inf, -np.inf, -6e4, -200.0, np.inf], dtype)
+    dd = jnp.array([np.inf, 5.0, -np.inf, np.inf, np.inf], dtype)
+    for beta, sign in ((1.0, 1), (-2.0, -1)):
+        got = f64(softplus_backward(sign * src, dd, beta))
+        assert np.isnan(got[0]) and got[1] == 0.0, got
+        np.testing.assert_array_equal(got[2:], [-np.inf, np.inf, np.inf])
+    got = f64(softplus_backward(src, jnp.zeros(5, dtype), 0.0))
+    assert np.isnan(got[[0, 1, 4]]).all() and not np.isnan(got[2:4]).any()
 
 
 def test_issue_example_in_the_tail():
@@ -176,3 +179,20 @@ def test_float64_under_x64(x64):
     t = 1.7 * f64(src)  # beta stays float64 for float64 data
     ref = f64(dd) / (1 + np.exp(-t))
     np.testing.assert_allclose(got, ref, rtol=1e-14)
+
+
+def test_every_bfloat16_nan_stays_nan():
+    # On CPU the bfloat16 rounding skips its NaN select: every NaN payload
+    # of src, diff_dst and beta must still come out as a NaN.
+    exp_all_ones = np.uint16(0x7F80)
+    mantissas = np.arange(1, 128, dtype=np.uint16)
+    nans = np.concatenate([exp_all_ones | mantissas, 0x8000 | exp_all_ones | mantissas])
+    nans = jnp.asarray(nans.view(jnp.bfloat16))
+    half = jnp.full(nans.shape, 0.5, jnp.bfloat16)
+    payloads = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001, 0xFFBFFFFF], np.uint32)
+    jitted = jax.jit(softplus_backward)
+    for beta in (1.7, -0.3, *payloads.view(np.float32)):
+        for src, dd in ((nans, half), (half, nans)):
+            assert np.isnan(f64(jitted(src, dd, np.float32(beta)))).all(), beta
+    for beta in payloads.view(np.float32):
+        assert np.isnan(f64(jitted(half, half, beta))).all(), beta
