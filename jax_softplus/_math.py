@@ -97,7 +97,7 @@ def _expm1_poly(r):
 
 
 def _exp_reduce(z, zl):
-    """exp(z - zl) = 2**k * (1 + p) for float32 z in [-_ZDEEP, _ZDEEP].
+    """exp(z + zl) = 2**k * (1 + p) for float32 z in [-_ZDEEP, _ZDEEP].
 
     `zl` is a small correction (the product error, or None for an exact z).
     Returns (k as int32, p) with p in [0, 1) up to rounding.
@@ -111,7 +111,7 @@ def _exp_reduce(z, zl):
     # (Fast2Sum; where |rh| < |w|, r is below 0.12 and its error 2**-28).
     w = kf * _LN2_LO
     if zl is not None:
-        w = w + zl
+        w = w - zl
     r = rh - w
     rc = (rh - r) - w
     p = r + (_expm1_poly(r) + rc)
@@ -159,10 +159,10 @@ def sigmoid_times_f32(src, dd, beta, *, compensate):
     `compensate` adds the error-free product, needed unless beta * src is
     known to be exact.
     """
-    t, tl = _product(beta, src, compensate, _ZDEEP)
-    # exp(-t) = exp(z - zl): the correction enters with the reduction.
-    z = lax.clamp(-_ZMAX, -t, _ZDEEP)
-    k, p = _exp_reduce(z, tl)
+    # -t = (-beta) * src exactly, with -beta formed once: the negation
+    # costs nothing per element. exp(-t) = exp(z + zl).
+    z, zl = _product(-beta, src, compensate, _ZDEEP)
+    k, p = _exp_reduce(lax.clamp(-_ZMAX, z, _ZDEEP), zl)
     k, dd = _deep_tail(k, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k, 0, 126) scales D into range.
     e_b = -lax.clamp(_I32(0), k, _I32(126))
@@ -213,8 +213,7 @@ def sigmoid_times_bf16(src, dd, beta):
     overflows but the result is normal is kept, with the scaled
     denominator of the float32 kernel; the exponential needs only 2**-18.
     """
-    t = beta * src
-    k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -t, _ZDEEP))
+    k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _ZDEEP))
     k, dd = _deep_tail(k, src, dd, beta)
     e_b = -lax.clamp(_I32(0), k, _I32(126))
     x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
@@ -231,8 +230,7 @@ def sigmoid_times_f16(src, dd, beta):
     dd / (1 + exp(-t)), with exp(-t) capped at exp(88) so that inf * sigmoid(t)
     stays inf for finite t, and 0 below the normal range.
     """
-    t = beta * src
-    k, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -t, _F32(88.0)))
+    k, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -beta * src, _F32(88.0)))
     e = q * _pow2(lax.max(k, _I32(-127)))
     out = dd / (e + _F32(1))
     return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
@@ -348,7 +346,7 @@ def softplus_f32(x, beta, *, compensate):
     pos = t > 0
     z = lax.max(-lax.abs(t), -_ZMAX)
     if tl is not None:
-        tl = lax.select(pos, tl, -tl)  # -|beta x| = z - tl
+        tl = lax.select(pos, -tl, tl)  # -|beta x| = z + tl
     k, p = _exp_reduce(z, tl)
     # e = 2**k (1 + p) as e_hi + e_lo (k <= 0).
     scale = _pow2(lax.max(k, _I32(-127)))
