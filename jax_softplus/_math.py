@@ -129,6 +129,17 @@ def _product(beta, x, compensate, limit):
     return t, lax.select(lax.abs(t) < limit, tl, lax.full_like(tl, 0))
 
 
+def _scale_bits(k):
+    """Bits of x_scale = 2**(k - K) and y_scale = 2**-K, K = clip(k, 0, 126).
+
+    For k in [-253, 253]; x_scale is 0 below 2**-126.
+    """
+    y_bits = lax.shift_left(_I32(127) - lax.clamp(_I32(0), k, _I32(126)), _I32(23))
+    # 2**(k - K) = 2**k * 2**-K: add the exponents (k - K = k where k < 0).
+    x_bits = lax.shift_left(lax.max(k, _I32(-127)), _I32(23)) + y_bits
+    return x_bits, y_bits
+
+
 def _sigmoid_is_zero(src, beta):
     """Where sigmoid(beta * src) is exactly 0: src = -inf * sign(beta).
 
@@ -165,15 +176,14 @@ def sigmoid_times_f32(src, dd, beta, *, compensate):
     k, p = _exp_reduce(lax.clamp(-_ZMAX, z, _ZDEEP), zl)
     k, dd = _deep_tail(k, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k, 0, 126) scales D into range.
-    e_b = -lax.clamp(_I32(0), k, _I32(126))
-    x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
-    y_scale = _pow2(e_b)
-    # D = big + (small + p * x_scale): one rounding of size ulp(D).
-    neg = k < 0
-    big = lax.select(neg, y_scale, x_scale)
-    small = lax.select(neg, x_scale, y_scale)
+    x_bits, y_bits = _scale_bits(k)
+    # D = big + (small + p * x_scale): one rounding of size ulp(D). Both
+    # scales are powers of two (or 0), ordered like their bit patterns.
+    big = lax.bitcast_convert_type(lax.max(x_bits, y_bits), _F32)
+    small = lax.bitcast_convert_type(lax.min(x_bits, y_bits), _F32)
+    x_scale = lax.bitcast_convert_type(x_bits, _F32)
     d = big + (small + p * x_scale)
-    return (dd / d) * y_scale
+    return (dd / d) * lax.bitcast_convert_type(y_bits, _F32)
 
 
 # exp(r) on [0, ln 2], degree 4, highest first (a Chebyshev fit; relative
@@ -215,10 +225,9 @@ def sigmoid_times_bf16(src, dd, beta):
     """
     k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _ZDEEP))
     k, dd = _deep_tail(k, src, dd, beta)
-    e_b = -lax.clamp(_I32(0), k, _I32(126))
-    x_scale = _pow2(lax.max(k + e_b, _I32(-127)))
-    y_scale = _pow2(e_b)
-    d = q * x_scale + y_scale
+    x_bits, y_bits = _scale_bits(k)
+    y_scale = lax.bitcast_convert_type(y_bits, _F32)
+    d = q * lax.bitcast_convert_type(x_bits, _F32) + y_scale
     return (dd / d) * y_scale
 
 
