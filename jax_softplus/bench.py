@@ -455,6 +455,7 @@ def main(argv=None):
         p.error(str(err))
     jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
     total = len(jobs) + (len(sizes) * len(dtypes) if args.fwd_bwd else 0)
+    total += bool(args.scaling) + bool(args.train_step)
     done = [0]
 
     def progress_for(label):
@@ -484,8 +485,10 @@ def main(argv=None):
     if args.scaling:
         scaling = [_parse_size(s) for s in args.scaling.split(",")]
         rows += bench_scaling(scaling, args.repeats, progress_for("scaling"))
+        done[0] += 1
     if args.train_step:
         rows += bench_train_step(args.repeats, progress_for("train step"))
+        done[0] += 1
     print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
     print(f"machine: {machine()}")
     print_table(rows)

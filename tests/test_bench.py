@@ -16,7 +16,11 @@ def test_cli_runs_every_section(tmp_path, capsys):
             "--scaling", "1K,2K", "--json", str(out),
         ]
     )  # fmt: skip
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
+    # The progress line counts every section: 2 backward, 2 fwd+bwd, scaling
+    # and train step.
+    assert "[6/6] train step" in captured.err and "[7/" not in captured.err
     for needle in ("donated", "fresh", "fwd+bwd", "scaling", "train step"):
         assert needle in text
     rows = json.loads(out.read_text())["rows"]
