@@ -315,13 +315,10 @@ _LN2_LO_LOG = _F32(9.0580006145e-06)
 _K_TAIL = _I32(-100)
 
 
-def _approx_recip(u):
-    """1/u to about 1.5% for positive normal u: enough for a correction term
-    of relative size 2**-24, and no division (an expensive op for XLA)."""
-    r = lax.bitcast_convert_type(
-        _I32(0x7EF311C7) - lax.bitcast_convert_type(u, _I32), _F32
-    )
-    return r * (_F32(2) - u * r)
+# 1/(1 + e) on [0, 1] to 1.7% (a quadratic fit; two FMAs): enough for the
+# correction term e_lo / (1 + e), of relative size 2**-24, and no division
+# (an expensive op for XLA).
+_RECIP_1P = (_F32(0.30968164), _F32(-0.78605546), _F32(0.98300529))
 
 
 def _log1p_small(e_hi, e_lo):
@@ -341,7 +338,8 @@ def _log1p_small(e_hi, e_lo):
     w = z * z
     r = z * (_LG[0] + w * _LG[2]) + w * (_LG[1] + w * _LG[3])
     hfsq = _F32(0.5) * f * f
-    small = j * _LN2_LO_LOG + e_lo * _approx_recip(e_hi + _F32(1))
+    recip = (_RECIP_1P[0] * e_hi + _RECIP_1P[1]) * e_hi + _RECIP_1P[2]
+    small = j * _LN2_LO_LOG + e_lo * recip
     return s * (hfsq + r) + small - hfsq + f + j * _LN2_HI_LOG
 
 
