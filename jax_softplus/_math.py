@@ -132,7 +132,7 @@ def _product(beta, x, compensate, limit):
 def _scale_bits(k):
     """Bits of x_scale = 2**(k - K) and y_scale = 2**-K, K = clip(k, 0, 126).
 
-    For k in [-253, 253]; x_scale is 0 below 2**-126.
+    For k <= 253; x_scale is 0 below 2**-126.
     """
     y_bits = lax.shift_left(_I32(127) - lax.clamp(_I32(0), k, _I32(126)), _I32(23))
     # 2**(k - K) = 2**k * 2**-K: add the exponents (k - K = k where k < 0).

@@ -451,11 +451,14 @@ def main(argv=None):
         sizes = [_parse_size(s) for s in args.sizes.split(",") if s.strip()]
         dtypes = [_parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
         betas = [float(b) for b in args.betas.split(",") if b.strip()]
+        scaling = [_parse_size(s) for s in (args.scaling or "").split(",") if s]
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, got {args.repeats}")
     jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
     total = len(jobs) + (len(sizes) * len(dtypes) if args.fwd_bwd else 0)
-    total += bool(args.scaling) + bool(args.train_step)
+    total += bool(scaling) + bool(args.train_step)
     done = [0]
 
     def progress_for(label):
@@ -482,8 +485,7 @@ def main(argv=None):
                 label = f"fwd+bwd {dt} {_fmt_size(n)}"
                 rows += bench_fwd_bwd(n, dt, 1.7, args.repeats, progress_for(label))
                 done[0] += 1
-    if args.scaling:
-        scaling = [_parse_size(s) for s in args.scaling.split(",")]
+    if scaling:
         rows += bench_scaling(scaling, args.repeats, progress_for("scaling"))
         done[0] += 1
     if args.train_step:

@@ -52,6 +52,8 @@ def test_dtype_names_long_and_short():
         (["--sizes", "lots"], "bad size 'LOTS'"),
         (["--sizes", "0"], "at least 1"),
         (["--betas", "x"], "could not convert"),
+        (["--scaling", "1K,big"], "bad size 'BIG'"),
+        (["--repeats", "0"], "at least 1, got 0"),
     ],
 )
 def test_bad_options_are_usage_errors(argv, needle, capsys):
