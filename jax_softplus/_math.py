@@ -118,8 +118,27 @@ def _exp_reduce(z, zl):
     return k, p
 
 
+def _balance(beta, x):
+    """(beta * s, x / s, s) with s = 2**-64, 1 or 2**64, so |beta * s| is in
+    [2**-64, 2**64] for every normal beta. beta * x is unchanged.
+
+    With an extreme beta, a t of order 1 needs a tiny or a huge x, and the
+    CPU flushes what falls below the normal range: a low half of Dekker's
+    split (which turns the correction into an error of 2**-12), or a term
+    the forward op adds to x. Both scalings are exact (x / s may underflow
+    only where |beta * x| < 2**-126). One multiply per element.
+    """
+    big, small = lax.abs(beta) > 2.0**64, lax.abs(beta) < 2.0**-64
+    up, down, one = (lax.full_like(beta, v) for v in (2.0**64, 2.0**-64, 1.0))
+    s = lax.select(big, down, lax.select(small, up, one))
+    return beta * s, x * lax.select(big, up, lax.select(small, down, one)), s
+
+
 def _product(beta, x, compensate, limit):
-    """t = fl(beta * x) and the correction zl with beta * x = t + zl."""
+    """t = fl(beta * x) and the correction zl with beta * x = t + zl.
+
+    For an exact correction, |beta| must be in [2**-64, 2**64] (`_balance`).
+    """
     t = beta * x
     if not compensate:
         return t, None
@@ -172,7 +191,8 @@ def sigmoid_times_f32(src, dd, beta, *, compensate):
     """
     # -t = (-beta) * src exactly, with -beta formed once: the negation
     # costs nothing per element. exp(-t) = exp(z + zl).
-    z, zl = _product(-beta, src, compensate, _ZDEEP)
+    nbeta, x = _balance(-beta, src)[:2] if compensate else (-beta, src)
+    z, zl = _product(nbeta, x, compensate, _ZDEEP)
     k, p = _exp_reduce(lax.clamp(-_ZMAX, z, _ZDEEP), zl)
     k, dd = _deep_tail(k, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k, 0, 126) scales D into range.
@@ -186,16 +206,19 @@ def sigmoid_times_f32(src, dd, beta, *, compensate):
     return (dd / d) * lax.bitcast_convert_type(y_bits, _F32)
 
 
-# exp(r) on [0, ln 2], degree 4, highest first (a Chebyshev fit; relative
-# error 3.6e-6, 2**-18: far below half an ulp of a bfloat16 or float16).
+# exp(r) on [0, ln 2], degree 4, highest first (a minimax fit of relative
+# error 3.0e-6, 2**-18: far below half an ulp of a bfloat16 or float16).
+# The constant term is exactly 1, so that sigmoid(0) is exactly 1/2: with
+# exp(0) = 1.0000036, 0.5 * dd fell just below the smallest normal for
+# dd = 2**-125 and the CPU flushed it to 0.
 _EXP_Q4 = tuple(
     _F32(c)
     for c in (
-        0.05928042531013489,
-        0.1552969068288803,
-        0.502903163433075,
-        0.9997437596321106,
-        1.0000035762786865,
+        0.058184850960969925,
+        0.1568513661623001,
+        0.5022000670433044,
+        0.9998517632484436,
+        1.0,
     )
 )
 
@@ -347,26 +370,35 @@ def softplus_f32(x, beta, *, compensate):
     """(1/beta) log(1 + exp(beta x)) for float32 operands.
 
     With t = beta x and e = exp(-|t|): softplus = [t > 0] x + log1p(e) / beta,
-    which never overflows and keeps full relative accuracy for t << 0.
+    which never overflows and keeps full relative accuracy for t << 0. The
+    body is computed for the balanced (beta s, x / s) and scaled back by s;
+    the tail e / beta (below t = -69) is formed as ((1 + p) / beta) * 2**k,
+    the division first so that no intermediate leaves float32's range.
     """
+    x_in = x
+    beta, x, unbalance = _balance(beta, x)
     t, tl = _product(beta, x, compensate, _ZMAX)
     pos = t > 0
-    z = lax.max(-lax.abs(t), -_ZMAX)
+    z = lax.max(-lax.abs(t), _F32(-175.0))  # k >= -253
     if tl is not None:
         tl = lax.select(pos, -tl, tl)  # -|beta x| = z + tl
     k, p = _exp_reduce(z, tl)
-    # e = 2**k (1 + p) as e_hi + e_lo (k <= 0).
-    scale = _pow2(lax.max(k, _I32(-127)))
+    # e = 2**k (1 + p) as e_hi + e_lo (k <= 0); wrong below k = -126, where
+    # only the tail is used.
+    scale = _pow2(lax.max(k, _I32(-126)))
     ps = p * scale
     e_hi = scale + ps
     e_lo = (scale - e_hi) + ps
-    # Tail: log1p(e) = e, formed at a scale of 2**126 where it is normal.
-    tail = k < _K_TAIL
-    tail_scale = _pow2(lax.max(k + _I32(126), _I32(-127)))
-    num = lax.select(tail, (p + _F32(1)) * tail_scale, _log1p_small(e_hi, e_lo))
-    unscale = lax.select(tail, lax.full_like(p, 2.0**-126), lax.full_like(p, 1))
-    part = (num / beta) * unscale  # the one division by beta
-    return lax.select(pos, x + part, part)
+    tail = k < _K_TAIL  # log1p(e) = e to 2**-100
+    num = lax.select(tail, p + _F32(1), _log1p_small(e_hi, e_lo))
+    q = num / beta  # the one division by beta
+    qu = q * unbalance  # (1 + p) / beta in the tail: at most 2**127
+    # 2**k = scale * 2**(k + 126) below k = -126.
+    tail_part = (qu * scale) * _pow2(lax.min(k + _I32(126), _I32(0)))
+    # For t > 69 the log1p term is below x's rounding: softplus is x (also
+    # where x / s overflowed, which only happens there).
+    body = lax.select(tail, x_in, (x + q) * unbalance)
+    return lax.select(pos, body, lax.select(tail, tail_part, qu))
 
 
 def softplus_f64(x, beta):

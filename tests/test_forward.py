@@ -72,3 +72,26 @@ def test_float64_under_x64(x64):
     assert got.dtype == jnp.float64
     ref = np.logaddexp(0.0, 1.7 * f64(x)) / 1.7
     np.testing.assert_allclose(got, ref, rtol=1e-14)
+
+
+EXTREME_BETAS = (3e38, -1e35, 2.0**70, 2.0**-70, -1e-35, 1.2e-38)
+
+
+@pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16))
+@pytest.mark.parametrize("beta", EXTREME_BETAS)
+def test_extreme_beta(dtype, beta):
+    # A t of order 1 then needs a tiny or a huge x. Nothing that falls below
+    # the normal range on the way may be flushed, and nothing may overflow:
+    # with beta = 2**-70 the far tail used to come out as inf, with
+    # beta = 3e38 the log1p term next to a tiny x was flushed to 0.
+    rng = np.random.default_rng(4)
+    for t_range in ((-40.0, 40.0), (-150.0, -60.0)):
+        x = random_src(rng, N, beta, dtype, t_range)
+        finite = np.isfinite(f64(x)) & (np.abs(f64(x)) >= float(jnp.finfo(dtype).tiny))
+        x = x[jnp.asarray(finite)]
+        got, ref = softplus(x, beta), softplus_ref(x, beta)
+        with np.errstate(over="ignore"):  # ref rounded: beyond max is inf
+            np.testing.assert_array_equal(
+                np.isinf(f64(got)), np.isinf(ref.astype(dtype))
+            )
+        assert max_ulp(got, ref, dtype) <= ULP_BOUND[np.dtype(dtype)]

@@ -36,7 +36,7 @@ wide = st.one_of(
 )
 betas = st.one_of(
     st.floats(-50, 50, width=32, allow_subnormal=False),
-    st.sampled_from([0.0, 1e-20, -1e-20, 1e20, -1e20, 1.0, 1.7]),
+    st.sampled_from([0.0, 1e-20, -1e-20, 1e20, -1e20, 1.0, 1.7, 3e38, -1e-35]),
 )
 
 
@@ -64,6 +64,14 @@ def _assert_same_bits(a, b):
     np.testing.assert_array_equal(a[~nan].view(np.uint8), b[~nan].view(np.uint8))
 
 
+def _as_read(x):
+    """x as the device reads it: XLA:CPU treats subnormal inputs as 0 (which
+    matters only with an extreme beta, where a subnormal src gives t ~ 1)."""
+    if jax.default_backend() != "cpu":
+        return x
+    return jnp.where(jnp.abs(x) < jnp.finfo(x.dtype).tiny, jnp.zeros_like(x), x)
+
+
 def _assert_close_to_reference(got, ref, dtype):
     """Within ULP_BOUND where the reference is normal; below the normal
     range (where the CPU flushes to zero) within the smallest normal."""
@@ -84,7 +92,8 @@ def test_backward_matches_reference_where_it_is_defined(case):
     src, dd, beta = case
     got = softplus_backward(src, dd, beta)
     assert got.shape == src.shape and got.dtype == src.dtype
-    _assert_close_to_reference(got, backward_ref(src, dd, beta), src.dtype)
+    ref = backward_ref(_as_read(src), _as_read(dd), beta)
+    _assert_close_to_reference(got, ref, src.dtype)
 
 
 @st.composite
@@ -106,7 +115,8 @@ def deep_tail_case(draw):
 def test_backward_deep_tail_with_huge_diff_dst(case):
     src, dd, beta = case
     got = softplus_backward(src, dd, beta)
-    _assert_close_to_reference(got, backward_ref(src, dd, beta), src.dtype)
+    ref = backward_ref(_as_read(src), _as_read(dd), beta)
+    _assert_close_to_reference(got, ref, src.dtype)
 
 
 @SETTINGS
@@ -135,7 +145,7 @@ def test_forward_matches_reference_where_it_is_defined(case):
     x, beta = case
     got = softplus(x, beta)
     assert got.shape == x.shape and got.dtype == x.dtype
-    _assert_close_to_reference(got, softplus_ref(x, beta), x.dtype)
+    _assert_close_to_reference(got, softplus_ref(_as_read(x), beta), x.dtype)
 
 
 def _ulp(x, dtype):
