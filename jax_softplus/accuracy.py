@@ -35,7 +35,8 @@ BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
 
 
 def _f64(x) -> np.ndarray:
-    return np.asarray(x).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a signaling NaN quiets on the way
+        return np.asarray(x).astype(np.float64)
 
 
 def _beta64(beta, dtype) -> np.float64:
