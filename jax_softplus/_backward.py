@@ -54,25 +54,26 @@ def softplus_backward(
       Array([0.11920292, 0.5       , 0.98201376], dtype=float32)
     """
     src, diff_dst = _validate.operand_pair(src, diff_dst)
-    beta, beta_exact = _validate.beta(beta, src.dtype, forward=False)
-    return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
+    beta, hints = _validate.beta(beta, src.dtype, forward=False)
+    return softplus_backward_p.bind(src, diff_dst, beta, **hints._asdict())
 
 
 def _validated(src, diff_dst, beta):
     src, diff_dst = _validate.operand_pair(src, diff_dst)
-    beta, beta_exact = _validate.beta(beta, src.dtype, forward=False)
-    return (src, diff_dst, beta), beta_exact
+    beta, hints = _validate.beta(beta, src.dtype, forward=False)
+    return (src, diff_dst, beta), hints
 
 
-def _inplace(src, diff_dst, beta, beta_exact):
-    return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
+def _inplace(src, diff_dst, beta, hints):
+    return softplus_backward_p.bind(src, diff_dst, beta, **hints._asdict())
 
 
-# beta stays a traced argument; only the static hint that a concrete beta is
-# a power of two (same bits, no error-free product: about 15% faster in
-# float32) picks between at most two compilations per shape.
+# beta stays a traced argument; only the static hints about a concrete beta
+# (a power of two: no error-free product, about 15% faster in float32; or an
+# extreme value) pick between at most three compilations per shape, with the
+# same bits.
 _inplace_jit = own_jit(
-    _inplace, donate_argnames=("diff_dst",), static_argnames=("beta_exact",)
+    _inplace, donate_argnames=("diff_dst",), static_argnames=("hints",)
 )
 
 
@@ -113,17 +114,17 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    args, beta_exact = _validated(src, diff_dst, beta)
+    args, hints = _validated(src, diff_dst, beta)
     if any(_compat.is_tracer(a) for a in args):
         # Under an outer jit/vmap/grad there is no buffer to donate: the
         # outer computation owns its buffers (donate its arguments instead).
-        return softplus_backward_p.bind(*args, beta_exact=beta_exact)
-    return _inplace_jit(*args, beta_exact=beta_exact)
+        return softplus_backward_p.bind(*args, **hints._asdict())
+    return _inplace_jit(*args, hints=hints)
 
 
 def _lower(src, diff_dst, beta=1.0):
-    args, beta_exact = _validated(src, diff_dst, beta)
-    return _inplace_jit.lower(*args, beta_exact=beta_exact)
+    args, hints = _validated(src, diff_dst, beta)
+    return _inplace_jit.lower(*args, hints=hints)
 
 
 softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]

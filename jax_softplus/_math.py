@@ -183,15 +183,18 @@ def _deep_tail(k, src, dd, beta):
     return lax.select(deep, k - _I32(25), k), lax.select(deep, dd * scale, dd)
 
 
-def sigmoid_times_f32(src, dd, beta, *, compensate):
+def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True):
     """dd * sigmoid(beta * src) for float32 data, about 2 ulp at worst.
 
     `compensate` adds the error-free product, needed unless beta * src is
-    known to be exact.
+    known to be exact; `balance` rebalances it (`_balance`), needed unless
+    |beta| is known to be in [2**-64, 2**64].
     """
     # -t = (-beta) * src exactly, with -beta formed once: the negation
     # costs nothing per element. exp(-t) = exp(z + zl).
-    nbeta, x = _balance(-beta, src)[:2] if compensate else (-beta, src)
+    nbeta, x = -beta, src
+    if compensate and balance:
+        nbeta, x, _ = _balance(nbeta, x)
     z, zl = _product(nbeta, x, compensate, _ZDEEP)
     k, p = _exp_reduce(lax.clamp(-_ZMAX, z, _ZDEEP), zl)
     k, dd = _deep_tail(k, src, dd, beta)
@@ -366,17 +369,19 @@ def _log1p_small(e_hi, e_lo):
     return s * (hfsq + r) + small - hfsq + f + j * _LN2_HI_LOG
 
 
-def softplus_f32(x, beta, *, compensate):
+def softplus_f32(x, beta, *, compensate, balance=True):
     """(1/beta) log(1 + exp(beta x)) for float32 operands.
 
     With t = beta x and e = exp(-|t|): softplus = [t > 0] x + log1p(e) / beta,
     which never overflows and keeps full relative accuracy for t << 0. The
-    body is computed for the balanced (beta s, x / s) and scaled back by s;
-    the tail e / beta (below t = -69) is formed as ((1 + p) / beta) * 2**k,
-    the division first so that no intermediate leaves float32's range.
+    body is computed for the balanced (beta s, x / s) and scaled back by s
+    (skipped when `balance` is False: |beta| known to be moderate); the
+    tail e / beta (below t = -69) is formed as ((1 + p) / beta) * 2**k, the
+    division first so that no intermediate leaves float32's range.
     """
-    x_in = x
-    beta, x, unbalance = _balance(beta, x)
+    x_in, unbalance = x, None
+    if balance:
+        beta, x, unbalance = _balance(beta, x)
     t, tl = _product(beta, x, compensate, _ZMAX)
     pos = t > 0
     z = lax.max(-lax.abs(t), _F32(-175.0))  # k >= -253
@@ -392,12 +397,13 @@ def softplus_f32(x, beta, *, compensate):
     tail = k < _K_TAIL  # log1p(e) = e to 2**-100
     num = lax.select(tail, p + _F32(1), _log1p_small(e_hi, e_lo))
     q = num / beta  # the one division by beta
-    qu = q * unbalance  # (1 + p) / beta in the tail: at most 2**127
+    qu = q if unbalance is None else q * unbalance  # at most 2**127 in the tail
     # 2**k = scale * 2**(k + 126) below k = -126.
     tail_part = (qu * scale) * _pow2(lax.min(k + _I32(126), _I32(0)))
     # For t > 69 the log1p term is below x's rounding: softplus is x (also
     # where x / s overflowed, which only happens there).
-    body = lax.select(tail, x_in, (x + q) * unbalance)
+    body = x + q if unbalance is None else (x + q) * unbalance
+    body = lax.select(tail, x_in, body)
     return lax.select(pos, body, lax.select(tail, tail_part, qu))
 
 

@@ -3,9 +3,11 @@
 Operands are `(src, diff_dst, beta)`. `beta` is an operand, not a parameter,
 so it can be traced, batched and differentiated; it is 0-d, except inside a
 `vmap` over a per-example beta, where the batching rule broadcasts it to the
-data's shape. The one parameter, `beta_exact`, says that `beta * src` is
-known to be exact, so the lowering may skip the error-free product; it never
-changes the result's bits.
+data's shape. Its two parameters are hints from a concrete beta
+(`_validate.BetaHints`): `beta_exact`, that `beta * src` is exact, so the
+lowering may skip the error-free product, and `beta_moderate`, that |beta| is
+in [2**-64, 2**64], so it may skip rebalancing beta and src. Both default to
+False and never change the result's bits.
 
 Rules are registered in one block at the bottom of this module.
 """
@@ -40,28 +42,32 @@ def own_jit(fun, **jit_kwargs):
     return jax.jit(fun, compiler_options=_WIDE_VECTORS, **jit_kwargs)
 
 
-def _bind(src, diff_dst, beta, *, beta_exact):
-    return softplus_backward_p.bind(src, diff_dst, beta, beta_exact=beta_exact)
+def _bind(src, diff_dst, beta, *, beta_exact=False, beta_moderate=False):
+    return softplus_backward_p.bind(
+        src, diff_dst, beta, beta_exact=beta_exact, beta_moderate=beta_moderate
+    )
 
 
-_jitted_bind = own_jit(_bind, static_argnames=("beta_exact",))
+_jitted_bind = own_jit(_bind, static_argnames=("beta_exact", "beta_moderate"))
 
 
-def _softplus_backward_impl(src, diff_dst, beta, *, beta_exact):
+def _softplus_backward_impl(src, diff_dst, beta, **params):
     """Eager calls run the compiled lowering: there is no second copy of the math."""
-    return _jitted_bind(src, diff_dst, beta, beta_exact=beta_exact)
+    return _jitted_bind(src, diff_dst, beta, **params)
 
 
-def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_exact):
+def _softplus_backward_abstract_eval(src, diff_dst, beta, **params):
     """Shapes and dtypes were validated before `bind`; here they are asserted."""
-    del beta_exact
+    del params
     assert src.shape == diff_dst.shape, (src.shape, diff_dst.shape)
     assert src.dtype == diff_dst.dtype, (src.dtype, diff_dst.dtype)
     assert beta.shape in ((), src.shape), (beta.shape, src.shape)
     return src.update(weak_type=False)
 
 
-def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact, cpu):
+def _softplus_backward_kernel(
+    src, diff_dst, beta, *, cpu, beta_exact=False, beta_moderate=False
+):
     """The lowering, traced into StableHLO by `mlir.lower_fun`.
 
     On CPUs every NaN of the bfloat16 kernel has its low 16 bits clear once
@@ -72,7 +78,13 @@ def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact, cpu):
     if dtype == np.float64:
         return _math.sigmoid_times_f64(src, diff_dst, beta)
     if dtype == np.float32:
-        return _math.sigmoid_times_f32(src, diff_dst, beta, compensate=not beta_exact)
+        return _math.sigmoid_times_f32(
+            src,
+            diff_dst,
+            beta,
+            compensate=not beta_exact,
+            balance=not beta_moderate,
+        )
     if dtype == np.float16:
         kernel = _math.sigmoid_times_f16
     else:
@@ -82,7 +94,7 @@ def _softplus_backward_kernel(src, diff_dst, beta, *, beta_exact, cpu):
     return _math.from_f32(out, dtype, nan_low_bits_clear=cpu)
 
 
-def _softplus_backward_jvp(primals, tangents, *, beta_exact):
+def _softplus_backward_jvp(primals, tangents, **params):
     """Tangent of g * s(b x), with s the sigmoid and s' = s(t) s(-t).
 
     d/dg is the op itself (it is linear in g); d/dx and d/db share
@@ -91,11 +103,11 @@ def _softplus_backward_jvp(primals, tangents, *, beta_exact):
     """
     src, diff_dst, beta = primals
     src_dot, diff_dst_dot, beta_dot = tangents
-    out = _bind(src, diff_dst, beta, beta_exact=beta_exact)
+    out = _bind(src, diff_dst, beta, **params)
     dtype = src.dtype
     terms = []
     if type(diff_dst_dot) is not ad.Zero:
-        terms.append(_bind(src, diff_dst_dot, beta, beta_exact=beta_exact))
+        terms.append(_bind(src, diff_dst_dot, beta, **params))
     w = None
     if type(src_dot) is not ad.Zero:
         w = lax.convert_element_type(beta, dtype) * src_dot
@@ -103,25 +115,25 @@ def _softplus_backward_jvp(primals, tangents, *, beta_exact):
         w_beta = src * lax.convert_element_type(beta_dot, dtype)
         w = w_beta if w is None else w + w_beta
     if w is not None:
-        inner = _bind(src, diff_dst * w, lax.neg(beta), beta_exact=beta_exact)
-        terms.append(_bind(src, inner, beta, beta_exact=beta_exact))
+        inner = _bind(src, diff_dst * w, lax.neg(beta), **params)
+        terms.append(_bind(src, inner, beta, **params))
     tangent = terms[0]
     for term in terms[1:]:
         tangent = tangent + term
     return out, tangent
 
 
-def _softplus_backward_transpose(ct, src, diff_dst, beta, *, beta_exact):
+def _softplus_backward_transpose(ct, src, diff_dst, beta, **params):
     """The op is linear in diff_dst only, and diagonal: its own transpose."""
     assert not ad.is_undefined_primal(src)
     assert not ad.is_undefined_primal(beta)
     assert ad.is_undefined_primal(diff_dst)
     if type(ct) is ad.Zero:
         return None, None, None
-    return None, _bind(src, ct, beta, beta_exact=beta_exact), None
+    return None, _bind(src, ct, beta, **params), None
 
 
-def _softplus_backward_batch(args, dims, *, beta_exact):
+def _softplus_backward_batch(args, dims, **params):
     """Batch every combination of mapped src, diff_dst and beta.
 
     src and diff_dst share the output's batch axis (the first mapped one's);
@@ -152,7 +164,7 @@ def _softplus_backward_batch(args, dims, *, beta_exact):
         beta = lax.broadcast_in_dim(beta, batched_shape, (axis,))
     elif beta.ndim != 0:
         beta = to_axis(beta, beta_dim)
-    return _bind(src, diff_dst, beta, beta_exact=beta_exact), axis
+    return _bind(src, diff_dst, beta, **params), axis
 
 
 softplus_backward_p.def_impl(_softplus_backward_impl)

@@ -17,43 +17,46 @@ from jax_softplus._primitive import softplus_backward_p
 ArrayLike = Any
 
 
-@partial(jax.jit, static_argnames=("beta_exact",))
-def _softplus_kernel(x, beta, *, beta_exact):
+@partial(jax.jit, static_argnames=("hints",))
+def _softplus_kernel(x, beta, *, hints):
     if x.dtype == np.float64:
         return _math.softplus_f64(x, beta)
+    balance = not hints.beta_moderate
     if x.dtype == np.float32:
-        return _math.softplus_f32(x, beta, compensate=not beta_exact)
-    return from_f32(_math.softplus_f32(to_f32(x), beta, compensate=False), x.dtype)
+        compensate = not hints.beta_exact
+        return _math.softplus_f32(x, beta, compensate=compensate, balance=balance)
+    y = _math.softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
+    return from_f32(y, x.dtype)
 
 
-def _dbeta(beta_exact, x, beta):
+def _dbeta(hints, x, beta):
     """d softplus / d beta = (x sigmoid(beta x) - softplus(x)) / beta, per element.
 
     In the compute dtype (beta's), so that bf16/f16 rounding of softplus(x)
     does not enter the difference.
     """
     x = x.astype(beta.dtype)
-    x_sigmoid = softplus_backward_p.bind(x, x, beta, beta_exact=beta_exact)
-    return (x_sigmoid - _softplus_value(beta_exact, x, beta)) / beta
+    x_sigmoid = softplus_backward_p.bind(x, x, beta, **hints._asdict())
+    return (x_sigmoid - _softplus_value(hints, x, beta)) / beta
 
 
 # The value itself carries a JVP: higher-order reverse mode differentiates a
 # custom_vjp's forward rule, and the kernel's floor/bitcast steps have no
 # useful derivative of their own.
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _softplus_value(beta_exact, x, beta):
-    return _softplus_kernel(x, beta, beta_exact=beta_exact)
+def _softplus_value(hints, x, beta):
+    return _softplus_kernel(x, beta, hints=hints)
 
 
-def _softplus_value_jvp(beta_exact, primals, tangents):
+def _softplus_value_jvp(hints, primals, tangents):
     x, beta = primals
     x_dot, beta_dot = tangents
-    y = _softplus_value(beta_exact, x, beta)
+    y = _softplus_value(hints, x, beta)
     terms = []
     if type(x_dot) is not SymbolicZero:
-        terms.append(softplus_backward_p.bind(x, x_dot, beta, beta_exact=beta_exact))
+        terms.append(softplus_backward_p.bind(x, x_dot, beta, **hints._asdict()))
     if type(beta_dot) is not SymbolicZero:
-        terms.append((_dbeta(beta_exact, x, beta) * beta_dot).astype(y.dtype))
+        terms.append((_dbeta(hints, x, beta) * beta_dot).astype(y.dtype))
     y_dot = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
     return y, y_dot
 
@@ -62,24 +65,24 @@ _softplus_value.defjvp(_softplus_value_jvp, symbolic_zeros=True)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _softplus(beta_exact, x, beta):
-    return _softplus_value(beta_exact, x, beta)
+def _softplus(hints, x, beta):
+    return _softplus_value(hints, x, beta)
 
 
-def _softplus_fwd(beta_exact, x, beta):
-    y = _softplus_value(beta_exact, x.value, beta.value)
+def _softplus_fwd(hints, x, beta):
+    y = _softplus_value(hints, x.value, beta.value)
     # The residuals' structure carries whether beta needs a cotangent.
     return y, (x.value, beta.value, beta.value if beta.perturbed else None)
 
 
-def _softplus_bwd(beta_exact, res, g):
+def _softplus_bwd(hints, res, g):
     x, beta, beta_perturbed = res
     if type(g) is SymbolicZero:
         return None, None
-    dx = softplus_backward_p.bind(x, g, beta, beta_exact=beta_exact)
+    dx = softplus_backward_p.bind(x, g, beta, **hints._asdict())
     if beta_perturbed is None:
         return dx, None
-    return dx, jnp.sum(g.astype(beta.dtype) * _dbeta(beta_exact, x, beta))
+    return dx, jnp.sum(g.astype(beta.dtype) * _dbeta(hints, x, beta))
 
 
 _softplus.defvjp(_softplus_fwd, _softplus_bwd, symbolic_zeros=True)
@@ -122,5 +125,5 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       Array(0.5, dtype=float32)
     """
     x = _validate.operand("x", x)
-    beta, beta_exact = _validate.beta(beta, x.dtype, forward=True)
-    return _softplus(beta_exact, x, beta)
+    beta, hints = _validate.beta(beta, x.dtype, forward=True)
+    return _softplus(hints, x, beta)

@@ -8,7 +8,7 @@ of a concrete beta), so the same error is raised eagerly and under `jit`,
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -119,15 +119,22 @@ def _is_real_dtype(dtype: Any) -> bool:
     )
 
 
+class BetaHints(NamedTuple):
+    """What a concrete beta tells the lowering at trace time; both False for
+    a traced beta. They are the primitive's parameters and never change the
+    result's bits, only which steps the kernel may skip."""
+
+    # beta * x is exact (beta is a power of two, or 0): no error-free product.
+    beta_exact: bool = False
+    # |beta| is in [2**-64, 2**64] (or 0): no rebalancing of beta and x.
+    beta_moderate: bool = False
+
+
 def beta(
     value: Any, data_dtype: np.dtype, *, forward: bool
-) -> tuple[jax.Array | np.ndarray, bool]:
+) -> tuple[jax.Array | np.ndarray, BetaHints]:
     """Check `beta` and return it as a 0-d array (NumPy if concrete) of the
-    compute dtype.
-
-    Also returns whether `beta * x` is known at trace time to be exact (beta
-    is a concrete power of two, or zero), which lets the lowering skip the
-    error-free product.
+    compute dtype, with the `BetaHints` that its value allows.
     """
     cdtype = compute_dtype(data_dtype)
     if isinstance(value, (list, tuple)):
@@ -148,7 +155,7 @@ def beta(
             f"got {type(value).__name__} {value!r:.60}."
         )
     if _compat.is_tracer(value):
-        return value.astype(cdtype), False
+        return value.astype(cdtype), BetaHints()
     # A concrete jax.Array is read back once (a scalar transfer) to be checked.
     concrete = float(np.asarray(value, np.float64))
     limit = float(jnp.finfo(cdtype).max)
@@ -169,4 +176,5 @@ def beta(
     checked = np.asarray(concrete, cdtype)  # host scalar: no device transfer yet
     mantissa = np.frexp(checked)[0]
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
-    return checked, exact
+    moderate = concrete == 0.0 or 2.0**-64 <= abs(concrete) <= 2.0**64
+    return checked, BetaHints(exact, bool(moderate))

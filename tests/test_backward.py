@@ -136,10 +136,13 @@ def test_eager_jit_vmap_inplace_bitwise_identical(dtype, beta):
         )
 
 
-@pytest.mark.parametrize("beta", (1.0, 0.5, -2.0, 4.0, 0.0, 2.0**-20))
-def test_exact_beta_shortcut_changes_no_bits(beta):
-    # A concrete power-of-two beta skips the error-free product; a traced one
-    # cannot. Both must give the same bits.
+@pytest.mark.parametrize(
+    "beta", (1.0, 0.5, -2.0, 4.0, 0.0, 2.0**-20, 1.7, -0.3, 2.0**70, 3e38, -1e-30)
+)
+def test_static_hints_change_no_bits(beta):
+    # A concrete beta may skip the error-free product (a power of two) or the
+    # rebalancing (a moderate |beta|); a traced one skips neither. All must
+    # give the same bits.
     rng = np.random.default_rng(11)
     src = random_src(rng, 1 << 16, beta or 1.0, jnp.float32, (-180.0, 180.0))
     dd = random_dd(rng, 1 << 16, jnp.float32, 1e4)
@@ -153,13 +156,16 @@ def test_exact_beta_shortcut_changes_no_bits(beta):
         )
 
 
-def test_inplace_takes_the_exact_beta_shortcut():
+def test_inplace_takes_the_static_shortcuts():
     # beta stays a traced argument of the donating jit, but a power of two
-    # compiles without the error-free product (its 0xfffff000 split mask).
+    # compiles without the error-free product (its 0xfffff000 split mask),
+    # and a moderate beta without the rebalancing (its 2**64 constant).
     x = jnp.ones(256)
-    exact = softplus_backward_inplace.lower(x, x, 1.0).as_text()
-    inexact = softplus_backward_inplace.lower(x, x, 1.7).as_text()
+    exact, inexact, extreme = (
+        softplus_backward_inplace.lower(x, x, b).as_text() for b in (1.0, 1.7, 3e38)
+    )
     assert "-4096" in inexact and "-4096" not in exact
+    assert "1.84467441E+19" in extreme and "1.84467441E+19" not in inexact
 
 
 def test_numpy_and_python_inputs_are_converted():

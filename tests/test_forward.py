@@ -58,11 +58,17 @@ def test_shape_and_dtype_preserved(shape, dtype):
     assert got.shape == shape and got.dtype == dtype
 
 
-def test_jit_matches_eager_bitwise():
-    x = random_src(np.random.default_rng(1), 4096, 1.7, jnp.float32, (-100, 100))
-    eager = softplus(x, 1.7)
-    jitted = jax.jit(softplus)(x, 1.7)
-    np.testing.assert_array_equal(np.asarray(eager), np.asarray(jitted))
+@pytest.mark.parametrize("beta", (1.7, 1.0, -0.25, 2.0**70, 3e38, -1e-30))
+def test_jit_matches_eager_bitwise(beta):
+    # Eagerly, a concrete beta lets the kernel skip steps (the error-free
+    # product for a power of two, the rebalancing for a moderate beta); under
+    # jit, beta is traced and nothing is skipped. Same bits.
+    x = random_src(np.random.default_rng(1), 4096, beta, jnp.float32, (-100, 100))
+    eager = softplus(x, beta)
+    jitted = jax.jit(softplus)(x, jnp.float32(beta))
+    np.testing.assert_array_equal(
+        np.asarray(eager).view(np.uint32), np.asarray(jitted).view(np.uint32)
+    )
 
 
 def test_float64_under_x64(x64):
