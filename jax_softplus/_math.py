@@ -9,7 +9,9 @@ Float32 layout of the backward kernel, for `diff_src = dd * sigmoid(t)` with
 `t = beta * src`:
 
 1. `t` and its rounding error `tl` (an error-free product, skipped when
-   `beta` is known to be a power of two, where the product is exact).
+   `beta` is known to be a power of two, where the product is exact; its
+   factors are rebalanced by 2**64 unless |beta| is known to be moderate,
+   so that no half of the split is subnormal).
 2. `exp(-t) = 2**k * (1 + p)`, with a Cody-Waite reduction by `ln 2`,
    `k = floor(-t / ln 2)` so that `1 + p` lies in [1, 2), and a degree-7
    polynomial for `p = expm1(r)`; `tl` and the reduction's own rounding
