@@ -70,7 +70,7 @@ def _inplace(src, diff_dst, beta, hints):
 
 # beta stays a traced argument; only the static hints about a concrete beta
 # (a power of two: no error-free product, about 15% faster in float32; or an
-# extreme value) pick between at most three compilations per shape, with the
+# extreme value) pick between at most four compilations per shape, with the
 # same bits.
 _inplace_jit = own_jit(
     _inplace, donate_argnames=("diff_dst",), static_argnames=("hints",)

@@ -51,6 +51,9 @@ _MAGIC_BITS = _I32(0x4B400000)
 # Clamps for -t. Below -_ZMAX, sigmoid(t) rounds to 1. Beyond _ZDEEP,
 # dd * exp(-z) < 2**-150 for every finite dd, so the result rounds to 0.
 _ZMAX = _F32(175.5)
+# The forward op's clamp of |t|: beyond it e**-|t| / beta is below the
+# normal range for every normal beta, and k = floor(-|t| / ln 2) >= -253.
+_ZFWD = _F32(175.0)
 _ZDEEP = _F32(192.8)
 # Coefficients of q in expm1(r) = r + r**2 * q(r) on [0, ln 2], highest first
 # (a Chebyshev fit; absolute error of expm1 below 2**-29 on the interval).
@@ -384,9 +387,9 @@ def softplus_f32(x, beta, *, compensate, balance=True):
     x_in, unbalance = x, None
     if balance:
         beta, x, unbalance = _balance(beta, x)
-    t, tl = _product(beta, x, compensate, _ZMAX)
+    t, tl = _product(beta, x, compensate, _ZFWD)
     pos = t > 0
-    z = lax.max(-lax.abs(t), _F32(-175.0))  # k >= -253
+    z = lax.max(-lax.abs(t), -_ZFWD)
     if tl is not None:
         tl = lax.select(pos, -tl, tl)  # -|beta x| = z + tl
     k, p = _exp_reduce(z, tl)

@@ -61,6 +61,11 @@ def test_new_beta_does_not_recompile():
         softplus_backward_inplace(src, jnp.ones(N), beta).block_until_ready()
     # One compilation for powers of two (and 0), one for the other betas.
     assert softplus_backward_inplace._cache_size() - before <= 2
+    for beta in (3e38, -1e-30, 2.0**70, 7e35):
+        softplus_backward_inplace(src, jnp.ones(N), beta).block_until_ready()
+    # Extreme betas (beyond 2**+-64) add the other two combinations of the
+    # two static hints, power of two or not: four at most, whatever beta.
+    assert softplus_backward_inplace._cache_size() - before <= 4
     jitted = jax.jit(lambda s, d, b: softplus_backward(s, d, b))
     for beta in (0.5, 1.0, -2.0):
         jitted(src, src, beta)
