@@ -48,12 +48,13 @@ def _bind(src, diff_dst, beta, *, beta_exact=False, beta_moderate=False):
     )
 
 
-_jitted_bind = own_jit(_bind, static_argnames=("beta_exact", "beta_moderate"))
+# Eager calls run the compiled lowering: there is no second copy of the math.
+# It is the primitive's impl, and the public wrapper calls it directly.
+compiled = own_jit(_bind, static_argnames=("beta_exact", "beta_moderate"))
 
 
 def _softplus_backward_impl(src, diff_dst, beta, **params):
-    """Eager calls run the compiled lowering: there is no second copy of the math."""
-    return _jitted_bind(src, diff_dst, beta, **params)
+    return compiled(src, diff_dst, beta, **params)
 
 
 def _softplus_backward_abstract_eval(src, diff_dst, beta, **params):

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from jax_softplus import _math, _validate
+from jax_softplus import _compat, _math, _validate
 from jax_softplus._math import from_f32, to_f32
-from jax_softplus._primitive import softplus_backward_p
+from jax_softplus._primitive import own_jit, softplus_backward_p
 
 ArrayLike = Any
 
@@ -27,6 +27,15 @@ def _softplus_kernel(x, beta, *, hints):
         return _math.softplus_f32(x, beta, compensate=compensate, balance=balance)
     y = _math.softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
     return from_f32(y, x.dtype)
+
+
+# Eager calls have nothing to differentiate: they run the kernel as a
+# top-level jit (wide CPU vectors, one C++ dispatch) instead of evaluating the
+# custom_vjp and custom_jvp wrappers (about 0.35 ms of Python at 1K elements).
+_softplus_eager = own_jit(
+    lambda x, beta, *, hints: _softplus_kernel(x, beta, hints=hints),
+    static_argnames=("hints",),
+)
 
 
 def _dbeta(hints, x, beta):
@@ -126,4 +135,6 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
     """
     x = _validate.operand("x", x)
     beta, hints = _validate.beta(beta, x.dtype, forward=True)
+    if not (_compat.is_tracer(x) or _compat.is_tracer(beta)):
+        return _softplus_eager(x, beta, hints=hints)
     return _softplus(hints, x, beta)

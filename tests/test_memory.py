@@ -11,7 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_softplus import _primitive, softplus_backward, softplus_backward_inplace
+from jax_softplus import (
+    _primitive,
+    _softplus,
+    softplus,
+    softplus_backward,
+    softplus_backward_inplace,
+)
 
 _PEAK_SCRIPT = textwrap.dedent(
     """
@@ -81,6 +87,7 @@ def test_ten_thousand_small_calls_keep_memory_and_caches_flat():
         nonlocal dd
         for beta in betas[:count]:
             softplus_backward(src, src, beta)
+            softplus(src, beta)
             jitted(src, src, beta)
             dd = softplus_backward_inplace(src, dd, beta)
         dd.block_until_ready()
@@ -89,14 +96,23 @@ def test_ten_thousand_small_calls_keep_memory_and_caches_flat():
     # A concrete power-of-two beta compiles the one other variant (no
     # error-free product); after that, no beta value adds an entry.
     softplus_backward(src, src, 1.0)
+    softplus(src, 1.0)
     softplus_backward_inplace(src, jnp.ones(64), 1.0)
     before = _rss()
-    caches = (_primitive._jitted_bind._cache_size(), jitted._cache_size())
+    caches = (
+        _primitive.compiled._cache_size(),
+        _softplus._softplus_eager._cache_size(),
+        jitted._cache_size(),
+    )
     inplace_cache = softplus_backward_inplace._cache_size()
     burst(10_000)
     growth = _rss() - before
     assert growth < 50 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB"
-    assert (_primitive._jitted_bind._cache_size(), jitted._cache_size()) == caches
+    assert (
+        _primitive.compiled._cache_size(),
+        _softplus._softplus_eager._cache_size(),
+        jitted._cache_size(),
+    ) == caches
     assert softplus_backward_inplace._cache_size() == inplace_cache
 
 
