@@ -48,9 +48,21 @@ def _bind(src, diff_dst, beta, *, beta_exact=False, beta_moderate=False):
     )
 
 
-# Eager calls run the compiled lowering: there is no second copy of the math.
-# It is the primitive's impl, and the public wrapper calls it directly.
-compiled = own_jit(_bind, static_argnames=("beta_exact", "beta_moderate"))
+_compiled = own_jit(_bind, static_argnames=("beta_exact", "beta_moderate"))
+
+
+def compiled(src, diff_dst, beta, **params):
+    """Run the compiled lowering: there is no second copy of the math.
+
+    The primitive's impl; the public wrapper calls it directly for eager
+    calls. Under `jax.disable_jit()` the jit would run `_bind` op by op and
+    `bind` would come back here forever, so it compiles anyway, as JAX's own
+    `apply_primitive` does.
+    """
+    if jax.config.jax_disable_jit:
+        with jax.disable_jit(False):
+            return _compiled(src, diff_dst, beta, **params)
+    return _compiled(src, diff_dst, beta, **params)
 
 
 def _softplus_backward_impl(src, diff_dst, beta, **params):

@@ -100,7 +100,7 @@ def test_ten_thousand_small_calls_keep_memory_and_caches_flat():
     softplus_backward_inplace(src, jnp.ones(64), 1.0)
     before = _rss()
     caches = (
-        _primitive.compiled._cache_size(),
+        _primitive._compiled._cache_size(),
         _softplus._softplus_eager._cache_size(),
         jitted._cache_size(),
     )
@@ -109,7 +109,7 @@ def test_ten_thousand_small_calls_keep_memory_and_caches_flat():
     growth = _rss() - before
     assert growth < 50 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB"
     assert (
-        _primitive.compiled._cache_size(),
+        _primitive._compiled._cache_size(),
         _softplus._softplus_eager._cache_size(),
         jitted._cache_size(),
     ) == caches

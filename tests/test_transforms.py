@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import softplus, softplus_backward
+from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 
 X = jnp.linspace(-6.0, 6.0, 64)
 
@@ -45,3 +45,25 @@ def test_nested_jit_and_eval_shape():
     np.testing.assert_array_equal(f(X), softplus(X, 2.0))
     shape = jax.eval_shape(softplus_backward, X, X, 1.0)
     assert shape.shape == X.shape and shape.dtype == X.dtype
+
+
+def test_disable_jit_runs_every_entry_point():
+    # Under jax.disable_jit() the primitive's impl still compiles, as JAX's
+    # own apply_primitive does: its jit would otherwise run bind op by op,
+    # and bind would come back to the impl until RecursionError.
+    g = jnp.linspace(0.5, 1.5, X.size)
+
+    def grad(x):
+        return jax.grad(lambda x: jnp.sum(softplus(x, 1.7) * g))(x)
+
+    with jax.disable_jit():
+        bwd = softplus_backward(X, g, 1.7)
+        inplace = softplus_backward_inplace(X, jnp.array(g), 1.7)
+        dx = grad(X)
+        fwd = softplus(X, 1.7)
+    want = softplus_backward(X, g, 1.7)
+    for got in (bwd, inplace, dx):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # The forward kernel runs op by op there (no fusion, no FMA contraction):
+    # the same values up to its rounding.
+    np.testing.assert_allclose(fwd, softplus(X, 1.7), rtol=3e-7)
