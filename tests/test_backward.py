@@ -121,16 +121,18 @@ def test_shapes(shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("beta", (1.0, 1.7, -2.5))
+@pytest.mark.parametrize("beta", (1.0, 1.7, -2.5, 0.1, 3e38))
 def test_eager_jit_vmap_inplace_bitwise_identical(dtype, beta):
     rng = np.random.default_rng(3)
     src = random_src(rng, 4096, beta, dtype, (-120.0, 120.0)).reshape(64, 64)
     dd = random_dd(rng, 4096, dtype, 1e3).reshape(64, 64)
     eager = softplus_backward(src, dd, beta)
     jitted = jax.jit(softplus_backward)(src, dd, beta)
+    # A Python-float beta inside a jit is a compile-time constant for XLA.
+    constant = jax.jit(lambda s, d: softplus_backward(s, d, beta))(src, dd)
     mapped = jax.vmap(softplus_backward, in_axes=(0, 0, None))(src, dd, beta)
     inplace = softplus_backward_inplace(src, jnp.array(dd, copy=True), beta)
-    for other in (jitted, mapped, inplace):
+    for other in (jitted, constant, mapped, inplace):
         np.testing.assert_array_equal(
             np.asarray(eager).view(np.uint8), np.asarray(other).view(np.uint8)
         )

@@ -31,6 +31,11 @@ def test_output_keeps_input_sharding_without_collectives(facts):
     assert facts["forward_collectives"] == []
 
 
+def test_eager_calls_keep_the_sharding(facts):
+    assert facts["eager_sharding_matches"]
+    assert facts["eager_matches_jit"]
+
+
 def test_shard_map(facts):
     assert facts["shard_map_matches"]
 

@@ -42,6 +42,16 @@ facts["forward_collectives"] = [
     c for c in COLLECTIVES if c in fwd.lower(x).compile().as_text()
 ]
 facts["forward_sharding_matches"] = fwd(x).sharding.is_equivalent_to(sharding, 2)
+# Eager calls run the library's own jits: the sharding carries through them
+# too, with the jitted bits.
+eager_fwd, eager_bwd = softplus(x, 1.7), softplus_backward(x, g, 1.7)
+facts["eager_sharding_matches"] = all(
+    a.sharding.is_equivalent_to(sharding, 2) for a in (eager_fwd, eager_bwd)
+)
+facts["eager_matches_jit"] = bool(
+    np.array_equal(np.asarray(eager_fwd), np.asarray(fwd(x)))
+    and np.array_equal(np.asarray(eager_bwd), np.asarray(out))
+)
 
 # 2. shard_map.
 sm = jax.jit(shard_map(lambda a, b: softplus_backward(a, b, 1.7), mesh=mesh,
