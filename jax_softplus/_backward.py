@@ -80,6 +80,18 @@ _inplace_jit = own_jit(
 )
 
 
+def _inplace_self(diff_dst, beta, hints):
+    return _inplace(diff_dst, diff_dst, beta, hints)
+
+
+# One array as both operands: the runtime refuses to donate a buffer that the
+# same call also reads as another argument, so the kernel reads its one
+# (donated) argument twice. Still in place: each element is read, then written.
+_inplace_self_jit = own_jit(
+    _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints",)
+)
+
+
 def softplus_backward_inplace(
     src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
 ) -> jax.Array:
@@ -92,6 +104,8 @@ def softplus_backward_inplace(
 
     After the call `diff_dst` is deleted (`diff_dst.is_deleted()` is true),
     whether it was passed by position or by keyword: use the returned array.
+    `src` may be the same array as `diff_dst` (then
+    `diff_src = x * sigmoid(beta * x)`, still in place, and `x` is deleted).
     The arguments are validated before the jitted call, so a concrete bad
     `beta` (NaN, inf, 1e40) is rejected although `beta` is then traced: a new
     value does not recompile. Like any jitted function it has `.lower(...)`.
@@ -122,6 +136,8 @@ def softplus_backward_inplace(
         # Under an outer jit/vmap/grad there is no buffer to donate: the
         # outer computation owns its buffers (donate its arguments instead).
         return softplus_backward_p.bind(*args, **hints._asdict())
+    if args[0] is args[1]:
+        return _inplace_self_jit(args[1], args[2], hints=hints)
     return _inplace_jit(*args, hints=hints)
 
 
