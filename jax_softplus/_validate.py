@@ -157,22 +157,32 @@ def beta(
     if _compat.is_tracer(value):
         return value.astype(cdtype), BetaHints()
     # A concrete jax.Array is read back once (a scalar transfer) to be checked.
-    concrete = float(np.asarray(value, np.float64))
+    try:
+        concrete = float(np.asarray(value, np.float64))
+        shown = f"{concrete!r}"
+    except OverflowError:  # a Python int beyond float64
+        concrete = np.inf if value > 0 else -np.inf
+        shown = f"an integer of {len(str(abs(value)))} digits"
     limit = float(jnp.finfo(cdtype).max)
     if not np.isfinite(concrete) or abs(concrete) > limit:
         raise ValueError(
             f"beta must be finite and representable in {cdtype.name} "
-            f"(|beta| <= {limit:.4g}), got {concrete!r}."
+            f"(|beta| <= {limit:.4g}), got {shown}."
         )
-    if abs(concrete) < float(jnp.finfo(cdtype).tiny):
+    tiny = float(jnp.finfo(cdtype).tiny)
+    if forward and abs(concrete) < tiny:
+        flushed = "" if concrete == 0.0 else (
+            f" (below {cdtype.name}'s smallest normal, {tiny:.4g}: a subnormal "
+            "or smaller beta is flushed to 0)"
+        )  # fmt: skip
+        raise ValueError(
+            f"softplus with beta = {shown}{flushed} diverges: (1/beta) "
+            "log(1 + exp(beta x)) -> inf. Use a nonzero beta. softplus_backward "
+            "accepts beta = 0 and returns 0.5 * diff_dst."
+        )
+    if abs(concrete) < tiny:
         # XLA on CPU flushes subnormals to zero; do it here, everywhere.
         concrete = 0.0
-    if forward and concrete == 0.0:
-        raise ValueError(
-            "softplus with beta = 0 (or a subnormal beta, which is flushed to 0) "
-            "diverges: (1/beta) log(1 + exp(beta x)) -> inf. Use a nonzero "
-            "beta. softplus_backward accepts beta = 0 and returns 0.5 * diff_dst."
-        )
     checked = np.asarray(concrete, cdtype)  # host scalar: no device transfer yet
     mantissa = np.frexp(checked)[0]
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
