@@ -26,6 +26,7 @@ def test_cli_runs_every_section(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     modes = {r["mode"] for r in rows}
     assert {"donated", "fresh", "fwd+bwd", "fwd+bwd donated", "scaling"} <= modes
+    assert "fwd+bwd tuned" in modes  # the CPU-only section
     assert all(r["median_s"] > 0 and r["ratio"] > 0 for r in rows)
     floors = [r for r in rows if r["method"] == "a*b (floor)"]
     assert floors and all(r["ratio"] == 1.0 for r in floors)

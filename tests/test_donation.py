@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import DTYPES
 
-from jax_softplus import softplus_backward, softplus_backward_inplace
+from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 
 N = 1 << 16
 
@@ -127,3 +127,39 @@ def test_own_jits_compile_wide_vectors_with_the_same_bits():
     ours = softplus_backward_inplace(src, jnp.array(dd, copy=True), 1.7)
     np.testing.assert_array_equal(np.asarray(plain).view(np.uint32),
                                   np.asarray(ours).view(np.uint32))  # fmt: skip
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU options")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_tuned_cpu_options_drop_the_fwd_bwd_copy_with_the_same_bits(dtype):
+    # A donated x read by the backward and overwritten by the forward output:
+    # XLA's default copy insertion copies x into a temporary; with region
+    # analysis it orders the backward first instead (docs/benchmarks.md).
+    from jax_softplus.bench import TUNED_CPU_OPTIONS
+
+    def fwd_bwd(x, g, b):
+        y, vjp = jax.vjp(lambda x: softplus(x, b), x)
+        return y, vjp(g)[0]
+
+    x, g = _inputs(dtype)
+    plain = jax.jit(fwd_bwd, donate_argnums=(0, 1))
+    tuned = jax.jit(fwd_bwd, donate_argnums=(0, 1), compiler_options=TUNED_CPU_OPTIONS)
+    copies = {}
+    for name, f in (("plain", plain), ("tuned", tuned)):
+        compiled = f.lower(x, g, 1.7).compile()
+        entry = compiled.as_text().split("ENTRY", 1)[1]
+        copies[name] = (
+            entry.count(" copy("),
+            compiled.memory_analysis().temp_size_in_bytes,
+        )
+    assert copies["tuned"][0] == 0 and copies["tuned"][1] < x.nbytes, copies
+    assert copies["plain"][0] >= 1, copies  # what the option is for
+    want = plain(jnp.array(x, copy=True), jnp.array(g, copy=True), 1.7)
+    x_in = jnp.array(x, copy=True)
+    got = tuned(x_in, jnp.array(g, copy=True), 1.7)
+    assert x_in.is_deleted()
+    bits = np.uint32 if dtype == jnp.float32 else np.uint16
+    for w, o in zip(want, got, strict=True):
+        np.testing.assert_array_equal(
+            np.asarray(o).view(bits), np.asarray(w).view(bits)
+        )
