@@ -62,6 +62,22 @@ def test_beyond_the_tail_with_a_huge_diff_dst(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_largest_finite_diff_dst_never_overflows(dtype):
+    # diff_dst * sigmoid <= |diff_dst|: no intermediate may overflow for the
+    # largest finite diff_dst, at any t. (A half-precision reduction with
+    # exp(-t) = 2**k * q, q < 1, once divided diff_dst by a denominator
+    # below 1 and returned inf.)
+    t = np.linspace(-100.0, 100.0, 40_001)
+    dd = jnp.full(t.shape, jnp.finfo(dtype).max, dtype)
+    for beta in (1.0, 1.7, -0.37):
+        src = jnp.asarray((t / beta).astype(np.float32), dtype)
+        got = softplus_backward(src, dd, beta)
+        assert np.isfinite(f64(got)).all(), beta
+        err = max_ulp(got, backward_ref(src, dd, beta), dtype)
+        assert err <= ULP_BOUND[np.dtype(dtype)], (beta, err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_infinities(dtype):
     # sigmoid(-inf) is exactly 0: inf * 0 is NaN. For a finite src whose
     # sigmoid merely underflows, inf * sigmoid stays inf. beta = 0 with an
