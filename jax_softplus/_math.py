@@ -13,14 +13,16 @@ Float32 layout of the backward kernel, for `diff_src = dd * sigmoid(t)` with
    factors are rebalanced by 2**64 unless |beta| is known to be moderate,
    so that no half of the split is subnormal).
 2. `exp(-t) = 2**k * (1 + p)`, with a Cody-Waite reduction by `ln 2`,
-   `k = floor(-t / ln 2)` so that `1 + p` lies in [1, 2), and a degree-7
-   polynomial for `p = expm1(r)`; `tl` and the reduction's own rounding
-   error enter `r` as a correction, so `p` is that of the exact `t`.
-3. `sigmoid(t) = 2**-K / D` with `D = 2**(k-K) * (1 + p) + 2**-K`. The
-   scale `K` keeps `D` in range when `exp(-t)` overflows, which is the tail
-   where `sigmoid(t)` underflows but `dd * sigmoid(t)` does not. Below
-   t = -176.06 (k > 253) a third factor, 2**-25, is taken from `dd`: the
-   result is then below float32's normal range for every finite `dd`.
+   `k` the nearest integer to `-t / ln 2`, so that `1 + p` lies in
+   [0.71, 1.41], and a degree-6 polynomial for `p = expm1(r)`; `tl` and the
+   reduction's own rounding error enter `r` as a correction, so `p` is that
+   of the exact `t`.
+3. `sigmoid(t) = 2**-K / D` with `D = 2**(k-K) * (1 + p) + 2**-K` and
+   `K = clip(k - 1, 0, 126)`, so that `D >= 1`. The scale `K` keeps `D` in
+   range when `exp(-t)` overflows, which is the tail where `sigmoid(t)`
+   underflows but `dd * sigmoid(t)` does not. Below t = -175.7 (k > 253) a
+   third factor, 2**-25, is taken from `dd` (exact unless the result is far
+   below float32's normal range).
 4. `diff_src = (dd / D) * 2**-K`, a single rounding in the division; the
    final scaling by a power of two is exact.
 
@@ -52,20 +54,20 @@ _MAGIC_BITS = _I32(0x4B400000)
 # dd * exp(-z) < 2**-150 for every finite dd, so the result rounds to 0.
 _ZMAX = _F32(175.5)
 # The forward op's clamp of |t|: beyond it e**-|t| / beta is below the
-# normal range for every normal beta, and k = floor(-|t| / ln 2) >= -253.
+# normal range for every normal beta, and k = round(-|t| / ln 2) >= -253.
 _ZFWD = _F32(175.0)
 _ZDEEP = _F32(192.8)
-# Coefficients of q in expm1(r) = r + r**2 * q(r) on [0, ln 2], highest first
-# (a Chebyshev fit; absolute error of expm1 below 2**-29 on the interval).
+# Coefficients of q in expm1(r) = r + r**2 * q(r) on [-ln 2 / 2, ln 2 / 2],
+# highest first (a minimax fit of the error relative to exp(r): below
+# 2**-26.4 with float32 coefficients and evaluation).
 _EXPM1_Q = tuple(
     _F32(c)
     for c in (
-        2.5839923e-04,
-        1.3398023e-03,
-        8.3514052e-03,
-        4.1663688e-02,
-        1.6666685e-01,
-        5.0000000e-01,
+        0.0013814467238262296,
+        0.008368780836462975,
+        0.04166839271783829,
+        0.1666651964187622,
+        0.4999999403953552,
     )
 )
 
@@ -105,10 +107,13 @@ def _exp_reduce(z, zl):
     """exp(z + zl) = 2**k * (1 + p) for float32 z in [-_ZDEEP, _ZDEEP].
 
     `zl` is a small correction (the product error, or None for an exact z).
-    Returns (k as int32, p) with p in [0, 1) up to rounding.
+    k is z / ln 2 rounded to nearest by the magic-number addition itself (a
+    multiply-add, where a floor costs a rounding instruction and an add
+    more), so |r| <= ln(2) / 2 and a degree-6 polynomial suffices.
+    Returns (k as int32, p) with p in [-0.30, 0.42] up to rounding.
     """
-    kf = lax.floor(z * _LOG2E)
-    k = lax.bitcast_convert_type(kf + _MAGIC, _I32) - _MAGIC_BITS
+    k = lax.bitcast_convert_type(z * _LOG2E + _MAGIC, _I32) - _MAGIC_BITS
+    kf = lax.convert_element_type(k, np.float32)
     rh = z - kf * _LN2_HI  # exact: _LN2_HI has 9 bits, |k| < 2**15
     # The two small terms are summed first: |w| < 0.06, so that rounding is
     # below 2**-28, and zl == 0 gives the same bits as zl = None (eager and
@@ -153,15 +158,14 @@ def _product(beta, x, compensate, limit):
     return t, lax.select(lax.abs(t) < limit, tl, lax.full_like(tl, 0))
 
 
-def _scale_bits(k, lag=0):
-    """Bits of x_scale = 2**(k - K) and y_scale = 2**-K, K = clip(k - lag, 0, 126).
+def _scale_bits(k):
+    """Bits of x_scale = 2**(k - K) and y_scale = 2**-K, K = clip(k - 1, 0, 126).
 
-    For k <= 253; x_scale is 0 below 2**-126. With q in [1, 2), lag = 0 keeps
-    D = q * x_scale + y_scale at 1 or more, so that dd / D cannot overflow;
-    with q in [0.707, 1.414], lag = 1 does (x_scale >= 2 wherever K > 0).
+    For k <= 253; x_scale is 0 below 2**-126. K lags k by one so that, with
+    exp = 2**k * q and q in [0.71, 1.41], D = q * x_scale + y_scale is at
+    least 1 (x_scale >= 2 wherever K > 0) and dd / D cannot overflow.
     """
-    k_clip = lax.clamp(_I32(lag), k, _I32(126 + lag))
-    y_bits = lax.shift_left(_I32(127 + lag) - k_clip, _I32(23))
+    y_bits = lax.shift_left(_I32(128) - lax.clamp(_I32(1), k, _I32(127)), _I32(23))
     # 2**(k - K) = 2**k * 2**-K: add the exponents (k - K = k where k < 0).
     x_bits = lax.shift_left(lax.max(k, _I32(-127)), _I32(23)) + y_bits
     return x_bits, y_bits
@@ -179,7 +183,7 @@ def _sigmoid_is_zero(src, beta):
 
 
 def _deep_tail(k, src, dd, beta):
-    """Move 2**-25 of the scale into dd where k > 253 (t below -176.06).
+    """Move 2**-25 of the scale into dd where k > 253 (t below -175.7).
 
     2**-k then needs three factors; dd * 2**-25 is exact unless dd is so
     small that the result is 0 anyway. Where sigmoid is exactly 0 the factor
@@ -261,7 +265,7 @@ def sigmoid_times_bf16(src, dd, beta):
     """
     k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _ZDEEP))
     k, dd = _deep_tail(k, src, dd, beta)
-    x_bits, y_bits = _scale_bits(k, lag=1)
+    x_bits, y_bits = _scale_bits(k)
     y_scale = lax.bitcast_convert_type(y_bits, _F32)
     d = q * lax.bitcast_convert_type(x_bits, _F32) + y_scale
     return (dd / d) * y_scale

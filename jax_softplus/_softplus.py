@@ -53,7 +53,7 @@ def _dbeta(hints, x, beta):
 
 
 # The value itself carries a JVP: higher-order reverse mode differentiates a
-# custom_vjp's forward rule, and the kernel's floor/bitcast steps have no
+# custom_vjp's forward rule, and the kernel's rounding/bitcast steps have no
 # useful derivative of their own.
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _softplus_value(hints, x, beta):
