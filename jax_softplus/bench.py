@@ -135,24 +135,47 @@ def _block(x):
             _block(v)
 
 
-def _time_round(calls: dict[str, Callable]) -> dict[str, float]:
+def _time_round(calls: dict[str, Callable], start: int, settle: float) -> dict:
+    """One call of each method, in an order rotated by `start`.
+
+    After each call its result is dropped and, with `settle`, the process
+    sleeps that long: the runtime frees buffers (a 64 MiB temporary or
+    output) on another thread, and on two cores that cleanup, overlapping
+    the next call, slowed whichever method came next by up to 25%.
+    """
+    names = list(calls)
+    start %= len(names)
     out = {}
-    for name, call in calls.items():
+    for name in names[start:] + names[:start]:
         t0 = time.perf_counter()
-        _block(call())
+        result = calls[name]()
+        _block(result)
         out[name] = time.perf_counter() - t0
+        del result
+        if settle:
+            time.sleep(settle)
     return out
 
 
-def _measure(calls, floor, repeats, progress):
-    """Interleaved rounds; returns per-method times and per-round ratios."""
+def _settle(n):
+    # Where calls allocate and free large buffers (fresh outputs, fwd+bwd
+    # temporaries), give the runtime's deferred frees time to finish.
+    return 0.02 if n >= 1 << 20 else 0.0
+
+
+def _measure(calls, floor, repeats, progress, settle=0.0):
+    """Interleaved rounds; returns per-method times and per-round ratios.
+
+    The order rotates from round to round, so that no method always follows
+    the same one; `settle` (seconds) is slept after every call.
+    """
     for call in calls.values():  # compile and warm up
         _block(call())
         _block(call())
     times = {name: [] for name in calls}
     for i in range(repeats):
         progress(i)
-        for name, t in _time_round(calls).items():
+        for name, t in _time_round(calls, i, settle).items():
             times[name].append(t)
     ratios = {
         name: [t / f for t, f in zip(ts, times[floor], strict=True)]
@@ -212,7 +235,7 @@ def bench_backward(n, dt, beta, repeats, progress, torch=True):
         fresh["numpy"] = lambda: d_np / (np.float32(1) + np.exp(-beta * s_np))
     if tm:
         fresh["torch"] = tm["torch"]
-    times, ratios = _measure(fresh, "a*b (floor)", repeats, progress)
+    times, ratios = _measure(fresh, "a*b (floor)", repeats, progress, _settle(n))
     rows += _rows("fresh", dt, n, beta, itemsize, times, ratios)
     return rows
 
@@ -251,15 +274,15 @@ def bench_fwd_bwd(n, dt, beta, repeats, progress):
         floor: _Fresh(jax.jit(ref), x, g, b),
         "jax_softplus": _Fresh(jax.jit(ours), x, g, b),
     }
-    times, ratios = _measure(calls, floor, repeats, progress)
+    times, ratios = _measure(calls, floor, repeats, progress, _settle(n))
     rows += _rows("fwd+bwd", dt, n, beta, size, times, ratios)
     calls = {floor: Chained(ref), "jax_softplus": Chained(ours)}
-    times, ratios = _measure(calls, floor, repeats, progress)
+    times, ratios = _measure(calls, floor, repeats, progress, _settle(n))
     rows += _rows("fwd+bwd donated", dt, n, beta, size, times, ratios)
     if jax.default_backend() == "cpu":
         opts = TUNED_CPU_OPTIONS
         calls = {floor: Chained(ref, opts), "jax_softplus": Chained(ours, opts)}
-        times, ratios = _measure(calls, floor, repeats, progress)
+        times, ratios = _measure(calls, floor, repeats, progress, _settle(n))
         rows += _rows("fwd+bwd tuned", dt, n, beta, size, times, ratios)
     return rows
 
