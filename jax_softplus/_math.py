@@ -113,6 +113,7 @@ def _exp_reduce(z, zl):
     Returns (k as int32, p) with p in [-0.30, 0.42] up to rounding.
     """
     k = lax.bitcast_convert_type(z * _LOG2E + _MAGIC, _I32) - _MAGIC_BITS
+    # Back from the integer: XLA would fold (v + MAGIC) - MAGIC to v.
     kf = lax.convert_element_type(k, np.float32)
     rh = z - kf * _LN2_HI  # exact: _LN2_HI has 9 bits, |k| < 2**15
     # The two small terms are summed first: |w| < 0.06, so that rounding is
