@@ -103,18 +103,27 @@ def _expm1_poly(r):
     return r * r * q
 
 
+def _nearest_k(z):
+    """k = z / ln 2 rounded to nearest, as int32 and as float32.
+
+    The magic-number addition does the rounding itself (a multiply-add and
+    an integer subtract, where a floor costs a rounding instruction and an
+    add more), so the reduced argument r = z - k ln 2 has |r| <= ln(2) / 2.
+    k comes back to float from the integer: XLA would fold
+    (v + MAGIC) - MAGIC to v.
+    """
+    k = lax.bitcast_convert_type(z * _LOG2E + _MAGIC, _I32) - _MAGIC_BITS
+    return k, lax.convert_element_type(k, np.float32)
+
+
 def _exp_reduce(z, zl):
     """exp(z + zl) = 2**k * (1 + p) for float32 z in [-_ZDEEP, _ZDEEP].
 
     `zl` is a small correction (the product error, or None for an exact z).
-    k is z / ln 2 rounded to nearest by the magic-number addition itself (a
-    multiply-add, where a floor costs a rounding instruction and an add
-    more), so |r| <= ln(2) / 2 and a degree-6 polynomial suffices.
+    With k from `_nearest_k`, a degree-6 polynomial suffices for expm1(r).
     Returns (k as int32, p) with p in [-0.30, 0.42] up to rounding.
     """
-    k = lax.bitcast_convert_type(z * _LOG2E + _MAGIC, _I32) - _MAGIC_BITS
-    # Back from the integer: XLA would fold (v + MAGIC) - MAGIC to v.
-    kf = lax.convert_element_type(k, np.float32)
+    k, kf = _nearest_k(z)
     rh = z - kf * _LN2_HI  # exact: _LN2_HI has 9 bits, |k| < 2**15
     # The two small terms are summed first: |w| < 0.06, so that rounding is
     # below 2**-28, and zl == 0 gives the same bits as zl = None (eager and
@@ -243,14 +252,11 @@ def _exp_reduce_half(z):
     """exp(z) = 2**k * q, q in [0.707, 1.414], to about 2**-18 relative.
 
     For half-precision results computed in f32: about half the instructions
-    of XLA's exp, which is accurate to float32's last bit. k is z / ln 2
-    rounded to nearest by the magic-number addition itself (one multiply-add
-    and an integer subtract, where a floor costs a rounding instruction and
-    an add more), and converted back to float for the reduction.
-    Returns (k, q).
+    of XLA's exp, which is accurate to float32's last bit. k is from
+    `_nearest_k`. Returns (k, q).
     """
-    k = lax.bitcast_convert_type(z * _LOG2E + _MAGIC, _I32) - _MAGIC_BITS
-    r = z - lax.convert_element_type(k, np.float32) * _F32(np.log(2.0))
+    k, kf = _nearest_k(z)
+    r = z - kf * _F32(np.log(2.0))
     q = _EXP_Q4[0]
     for c in _EXP_Q4[1:]:
         q = q * r + c

@@ -10,6 +10,7 @@ from jax_softplus.accuracy import backward_ref, softplus_ref, ulp_error
 __all__ = [
     "run_on_eight_devices",
     "BETAS",
+    "EXTREME_BETAS",
     "DTYPES",
     "ULP_BOUND",
     "backward_ref",
@@ -23,6 +24,8 @@ __all__ = [
 
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 BETAS = (1.0, 0.5, 3.0, -1.0, -2.5)
+# Betas whose t of order 1 needs a tiny or a huge operand.
+EXTREME_BETAS = (3e38, -1e35, 2.0**70, 2.0**-70, -1e-35, 1.2e-38)
 
 # Max error in ulps of the result's dtype, wherever the exact result is a
 # normal number. f32: the bound of the numerics issue (2.5); half types:

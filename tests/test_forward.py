@@ -4,7 +4,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import BETAS, DTYPES, ULP_BOUND, f64, max_ulp, random_src, softplus_ref
+from helpers import (
+    BETAS,
+    DTYPES,
+    EXTREME_BETAS,
+    ULP_BOUND,
+    f64,
+    max_ulp,
+    random_src,
+    softplus_ref,
+)
 
 from jax_softplus import softplus
 
@@ -100,9 +109,6 @@ def test_float64_under_x64(x64):
     assert got.dtype == jnp.float64
     ref = np.logaddexp(0.0, 1.7 * f64(x)) / 1.7
     np.testing.assert_allclose(got, ref, rtol=1e-14)
-
-
-EXTREME_BETAS = (3e38, -1e35, 2.0**70, 2.0**-70, -1e-35, 1.2e-38)
 
 
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16))
