@@ -7,7 +7,7 @@ from typing import Any
 import jax
 
 from jax_softplus import _compat, _validate
-from jax_softplus._primitive import compiled, own_jit, softplus_backward_p
+from jax_softplus._primitive import bind, compiled, own_jit
 
 ArrayLike = Any
 
@@ -58,7 +58,7 @@ def softplus_backward(
         # Eager: straight to the compiled kernel that bind would reach through
         # the primitive's dispatch (same bits, about 20 us less per call).
         return compiled(*args, **hints._asdict())
-    return softplus_backward_p.bind(*args, **hints._asdict())
+    return bind(*args, **hints._asdict())
 
 
 def _validated(src, diff_dst, beta):
@@ -68,7 +68,7 @@ def _validated(src, diff_dst, beta):
 
 
 def _inplace(src, diff_dst, beta, hints):
-    return softplus_backward_p.bind(src, diff_dst, beta, **hints._asdict())
+    return bind(src, diff_dst, beta, **hints._asdict())
 
 
 # beta stays a traced argument; only the static hints about a concrete beta
@@ -135,7 +135,7 @@ def softplus_backward_inplace(
     if any(_compat.is_tracer(a) for a in args):
         # Under an outer jit/vmap/grad there is no buffer to donate: the
         # outer computation owns its buffers (donate its arguments instead).
-        return softplus_backward_p.bind(*args, **hints._asdict())
+        return bind(*args, **hints._asdict())
     if args[0] is args[1]:
         return _inplace_self_jit(args[1], args[2], hints=hints)
     return _inplace_jit(*args, hints=hints)

@@ -52,3 +52,35 @@ def shard_map(f: Callable, **kwargs: Any) -> Callable:
     if fn is None:  # pragma: no cover - older JAX
         from jax.experimental.shard_map import shard_map as fn
     return fn(f, **kwargs)
+
+
+def varying_axes(aval: Any) -> frozenset:
+    """The manual mesh axes over which a value of type `aval` varies.
+
+    Inside `shard_map` with `check_vma`, JAX types each value with the mesh
+    axes it varies over (printed `f32[4]{V:d}`); elsewhere the set is empty.
+    The attribute moved: `aval.manual_axis_type.varying` from JAX 0.10,
+    `aval.vma` before.
+    """
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is not None:
+        return frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", ()))
+
+
+def match_varying(*args: Any) -> tuple:
+    """Cast each operand to vary over every axis that any operand varies over.
+
+    What JAX's own elementwise ops do before `bind` inside `shard_map`: an
+    elementwise result varies wherever an operand does, and the cast's
+    transpose (a `psum`) is what sums a replicated operand's cotangent.
+    Outside `shard_map` nothing varies and the operands come back as they are.
+    """
+    axes = [varying_axes(jax.typeof(a)) for a in args]
+    union = frozenset().union(*axes)
+    if not union:
+        return args
+    return tuple(
+        a if ax == union else jax.lax.pcast(a, tuple(union - ax), to="varying")
+        for a, ax in zip(args, axes, strict=True)
+    )

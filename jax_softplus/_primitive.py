@@ -26,6 +26,7 @@ from jax.interpreters import ad, mlir
 from jax_softplus import _compat, _math
 
 softplus_backward_p = Primitive("softplus_backward")
+_OPERANDS = ("src", "diff_dst", "beta")
 
 
 # On AVX-512 CPUs XLA vectorises float32 loops 256 bits wide by default; 512
@@ -42,20 +43,26 @@ def own_jit(fun, **jit_kwargs):
     return jax.jit(fun, compiler_options=_WIDE_VECTORS, **jit_kwargs)
 
 
-def _bind(src, diff_dst, beta, *, beta_exact=False, beta_moderate=False):
+def bind(src, diff_dst, beta, *, beta_exact=False, beta_moderate=False):
+    """Bind the primitive; every bind in the library goes through here.
+
+    Inside `shard_map` the operands first get one type, as for JAX's own
+    elementwise ops: a replicated operand is cast to vary with the others.
+    """
+    src, diff_dst, beta = _compat.match_varying(src, diff_dst, beta)
     return softplus_backward_p.bind(
         src, diff_dst, beta, beta_exact=beta_exact, beta_moderate=beta_moderate
     )
 
 
-_compiled = own_jit(_bind, static_argnames=("beta_exact", "beta_moderate"))
+_compiled = own_jit(bind, static_argnames=("beta_exact", "beta_moderate"))
 
 
 def compiled(src, diff_dst, beta, **params):
     """Run the compiled lowering: there is no second copy of the math.
 
     The primitive's impl; the public wrapper calls it directly for eager
-    calls. Under `jax.disable_jit()` the jit would run `_bind` op by op and
+    calls. Under `jax.disable_jit()` the jit would run `bind` op by op and
     `bind` would come back here forever, so it compiles anyway, as JAX's own
     `apply_primitive` does.
     """
@@ -70,11 +77,27 @@ def _softplus_backward_impl(src, diff_dst, beta, **params):
 
 
 def _softplus_backward_abstract_eval(src, diff_dst, beta, **params):
-    """Shapes and dtypes were validated before `bind`; here they are asserted."""
+    """Shapes and dtypes were validated before `bind`; here they are asserted.
+
+    The varying mesh axes are checked, not asserted: `bind` matches them, but
+    `softplus_backward_p` is public and a direct bind could mistype the result
+    as replicated, which JAX's own elementwise primitives refuse too.
+    """
     del params
     assert src.shape == diff_dst.shape, (src.shape, diff_dst.shape)
     assert src.dtype == diff_dst.dtype, (src.dtype, diff_dst.dtype)
     assert beta.shape in ((), src.shape), (beta.shape, src.shape)
+    axes = [_compat.varying_axes(a) for a in (src, diff_dst, beta)]
+    if axes[1:] != axes[:-1]:
+        names = ", ".join(
+            f"{name} {{{', '.join(map(repr, a))}}}"
+            for name, a in zip(_OPERANDS, axes, strict=True)
+        )
+        raise ValueError(
+            "softplus_backward_p's operands must vary over the same shard_map "
+            f"mesh axes, got {names}; call jax_softplus.softplus_backward, or "
+            "cast with jax.lax.pcast(x, axes, to='varying') before binding."
+        )
     return src.update(weak_type=False)
 
 
@@ -116,11 +139,11 @@ def _softplus_backward_jvp(primals, tangents, **params):
     """
     src, diff_dst, beta = primals
     src_dot, diff_dst_dot, beta_dot = tangents
-    out = _bind(src, diff_dst, beta, **params)
+    out = bind(src, diff_dst, beta, **params)
     dtype = src.dtype
     terms = []
     if type(diff_dst_dot) is not ad.Zero:
-        terms.append(_bind(src, diff_dst_dot, beta, **params))
+        terms.append(bind(src, diff_dst_dot, beta, **params))
     w = None
     if type(src_dot) is not ad.Zero:
         w = lax.convert_element_type(beta, dtype) * src_dot
@@ -128,8 +151,8 @@ def _softplus_backward_jvp(primals, tangents, **params):
         w_beta = src * lax.convert_element_type(beta_dot, dtype)
         w = w_beta if w is None else w + w_beta
     if w is not None:
-        inner = _bind(src, diff_dst * w, lax.neg(beta), **params)
-        terms.append(_bind(src, inner, beta, **params))
+        inner = bind(src, diff_dst * w, lax.neg(beta), **params)
+        terms.append(bind(src, inner, beta, **params))
     tangent = terms[0]
     for term in terms[1:]:
         tangent = tangent + term
@@ -143,7 +166,7 @@ def _softplus_backward_transpose(ct, src, diff_dst, beta, **params):
     assert ad.is_undefined_primal(diff_dst)
     if type(ct) is ad.Zero:
         return None, None, None
-    return None, _bind(src, ct, beta, **params), None
+    return None, bind(src, ct, beta, **params), None
 
 
 def _softplus_backward_batch(args, dims, **params):
@@ -177,7 +200,7 @@ def _softplus_backward_batch(args, dims, **params):
         beta = lax.broadcast_in_dim(beta, batched_shape, (axis,))
     elif beta.ndim != 0:
         beta = to_axis(beta, beta_dim)
-    return _bind(src, diff_dst, beta, **params), axis
+    return bind(src, diff_dst, beta, **params), axis
 
 
 softplus_backward_p.def_impl(_softplus_backward_impl)

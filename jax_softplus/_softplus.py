@@ -13,7 +13,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from jax_softplus import _compat, _math, _validate
 from jax_softplus._math import from_f32, to_f32
-from jax_softplus._primitive import own_jit, softplus_backward_p
+from jax_softplus._primitive import bind, own_jit
 
 ArrayLike = Any
 
@@ -48,7 +48,7 @@ def _dbeta(hints, x, beta):
     does not enter the difference.
     """
     x = x.astype(beta.dtype)
-    x_sigmoid = softplus_backward_p.bind(x, x, beta, **hints._asdict())
+    x_sigmoid = bind(x, x, beta, **hints._asdict())
     return (x_sigmoid - _softplus_value(hints, x, beta)) / beta
 
 
@@ -66,7 +66,7 @@ def _softplus_value_jvp(hints, primals, tangents):
     y = _softplus_value(hints, x, beta)
     terms = []
     if type(x_dot) is not SymbolicZero:
-        terms.append(softplus_backward_p.bind(x, x_dot, beta, **hints._asdict()))
+        terms.append(bind(x, x_dot, beta, **hints._asdict()))
     if type(beta_dot) is not SymbolicZero:
         terms.append((_dbeta(hints, x, beta) * beta_dot).astype(y.dtype))
     y_dot = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
@@ -91,7 +91,7 @@ def _softplus_bwd(hints, res, g):
     x, beta, beta_perturbed = res
     if type(g) is SymbolicZero:
         return None, None
-    dx = softplus_backward_p.bind(x, g, beta, **hints._asdict())
+    dx = bind(x, g, beta, **hints._asdict())
     if beta_perturbed is None:
         return dx, None
     return dx, jnp.sum(g.astype(beta.dtype) * _dbeta(hints, x, beta))
@@ -140,4 +140,7 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
     beta, hints = _validate.beta(beta, x.dtype, forward=True)
     if not (_compat.is_tracer(x) or _compat.is_tracer(beta)):
         return _softplus_eager(x, beta, hints=hints)
+    # Matched outside the custom_vjp, so that the cast's transpose sums the
+    # cotangent of an operand replicated over shard_map's mesh.
+    x, beta = _compat.match_varying(x, beta)
     return _softplus(hints, x, beta)

@@ -40,6 +40,20 @@ def test_shard_map(facts):
     assert facts["shard_map_matches"]
 
 
+def test_shard_map_with_replicated_operands(facts):
+    # Values, forward and reverse mode, against the same bodies in jax.nn ops.
+    cases = facts["varying_cases"]
+    assert len(cases) == 11
+    assert {name: res for name, res in cases.items() if res != "ok"} == {}
+
+
+def test_direct_bind_with_unmatched_varying_axes_is_refused(facts):
+    message = facts["direct_bind_error"]
+    assert message is not None
+    assert "src {}" in message and "diff_dst {'d'}" in message
+    assert "jax.lax.pcast" in message
+
+
 def test_donating_a_sharded_array(facts):
     assert facts["donated_deleted"]
     assert facts["donated_out_sharding_matches"]

@@ -5,6 +5,7 @@ Prints one JSON object of facts for the test to assert on.
 
 import json
 import os
+from functools import partial
 
 assert "xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", "")
 
@@ -14,7 +15,12 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from jax_softplus import softplus, softplus_backward, softplus_backward_inplace  # noqa: E402
+from jax_softplus import (  # noqa: E402
+    softplus,
+    softplus_backward,
+    softplus_backward_inplace,
+    softplus_backward_p,
+)
 from jax_softplus._compat import shard_map  # noqa: E402
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute",
@@ -58,6 +64,88 @@ sm = jax.jit(shard_map(lambda a, b: softplus_backward(a, b, 1.7), mesh=mesh,
                        in_specs=(P("data", "model"), P("data", "model")),
                        out_specs=P("data", "model")))  # fmt: skip
 facts["shard_map_matches"] = bool(np.array_equal(np.asarray(sm(x, g)), np.asarray(out)))
+
+# 2b. shard_map with operands replicated over the mesh axis while others
+# vary (a replicated parameter or beta, per-shard data). Each case is
+# compared with the same body written with jax.nn ops, whose results JAX types
+# and differentiates itself. The replicated operand must be cast to vary
+# before bind: typed as replicated, the result's cotangent missed its psum.
+line = Mesh(np.array(jax.devices()), ("d",))
+xs8, gs8 = jnp.linspace(-4, 4, 64), jnp.linspace(-2, 3, 64)
+x_rep, g_rep = xs8[:8], gs8[:8]
+beta_rep, beta_per = jnp.float32(1.3), jnp.linspace(0.5, 2.0, 8)
+
+
+def ref_bwd(a, b, beta):
+    return b * jax.nn.sigmoid(beta * a)
+
+
+def ref_fwd(x, beta):
+    return jax.nn.softplus(beta * x) / beta
+
+
+def psum(v):
+    return jax.lax.psum(v, "d")
+
+
+V, R = P("d"), P()
+CASES = {
+    "src replicated": (lambda B, F, a, b: B(a, b, 1.3), (R, V), V, (x_rep, gs8)),
+    "diff_dst replicated": (lambda B, F, a, b: B(a, b, 1.3), (V, R), V, (xs8, g_rep)),
+    "summed, src replicated": (
+        lambda B, F, a, b: psum(B(a, b, 1.3).sum()), (R, V), R, (x_rep, gs8)),
+    "beta per shard, data replicated": (
+        lambda B, F, a, b, c: psum(B(a, b, c[0]).sum()), (R, R, V), R,
+        (x_rep, g_rep, beta_per)),
+    "forward, beta per shard": (
+        lambda B, F, a, c: psum(F(a, c[0]).sum()), (R, V), R, (x_rep, beta_per)),
+    "grad of replicated beta": (
+        lambda B, F, a, c: jax.grad(lambda c: F(a, c).sum())(c), (V, R), R,
+        (xs8, beta_rep)),
+    "grad of replicated x, beta per shard": (
+        lambda B, F, a, c: jax.grad(lambda a: F(a, c[0]).sum())(a), (R, V), R,
+        (x_rep, beta_per)),
+    "grad of replicated weight": (
+        lambda B, F, a, w: jax.grad(lambda w: F(a * w, 1.3).sum())(w), (V, R), R,
+        (xs8, jnp.float32(1.1))),
+    "backward op, grad of replicated src": (
+        lambda B, F, a, b: jax.grad(lambda a: B(a, b, 1.3).sum())(a), (R, V), R,
+        (x_rep, gs8)),
+    "backward op, grad of replicated diff_dst": (
+        lambda B, F, a, b: jax.grad(lambda b: B(a, b, 1.3).sum())(b), (V, R), R,
+        (xs8, g_rep)),
+    "backward op, grad of replicated beta": (
+        lambda B, F, a, b, c: jax.grad(lambda c: B(a, b, c).sum())(c), (V, V, R), R,
+        (xs8, gs8, beta_rep)),
+}  # fmt: skip
+facts["varying_cases"] = {}
+for name, (body, in_specs, out_specs, args) in CASES.items():
+    try:
+        got, want = (
+            np.asarray(
+                jax.jit(shard_map(partial(body, *ops), mesh=line,
+                                  in_specs=in_specs, out_specs=out_specs))(*args)
+            )
+            for ops in ((softplus_backward, softplus), (ref_bwd, ref_fwd))
+        )  # fmt: skip
+    except Exception as err:  # reported per case, not as a crash of all facts
+        facts["varying_cases"][name] = f"{type(err).__name__}: {err}"[:300]
+        continue
+    close = np.allclose(got, want, rtol=2e-6, atol=1e-6)
+    facts["varying_cases"][name] = "ok" if close else f"got {got}, want {want}"
+
+
+def direct_bind(a, b):
+    return softplus_backward_p.bind(
+        a, b, jnp.float32(1.0), beta_exact=False, beta_moderate=False
+    )
+
+
+try:
+    jax.jit(shard_map(direct_bind, mesh=line, in_specs=(R, V), out_specs=V))(x_rep, gs8)
+    facts["direct_bind_error"] = None
+except ValueError as err:
+    facts["direct_bind_error"] = str(err)
 
 # 3. Donation of a sharded array.
 dd = jax.device_put(jnp.ones((64, 32)), sharding)
