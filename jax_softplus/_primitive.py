@@ -182,8 +182,10 @@ def _softplus_backward_batch(args, dims, **params):
     axis = src_dim if src_dim is not None else dd_dim
     if axis is None:
         axis = 0
-    shape = src.shape if src_dim is None else np.delete(src.shape, src_dim)
-    shape = tuple(int(n) for n in shape)
+    # Tuples, not NumPy: under jax.export the dimensions may be symbolic.
+    shape = (
+        src.shape if src_dim is None else src.shape[:src_dim] + src.shape[src_dim + 1 :]
+    )
     batched_shape = shape[:axis] + (size,) + shape[axis:]
 
     def to_axis(x, d):

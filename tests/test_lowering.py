@@ -74,6 +74,59 @@ def test_export_round_trip_for_all_platforms():
     np.testing.assert_array_equal(restored.call(src, dd, 1.7), want)
 
 
+def _per_example(src, dd, beta):
+    return softplus_backward(src, dd, beta)
+
+
+# (function, specs with a symbolic "b", how to make arguments for b = n).
+_POLY = {
+    "backward": (
+        lambda s, d: softplus_backward(s, d, 1.7),
+        lambda b: [((b, 8), jnp.float32)] * 2,
+    ),
+    "backward, bfloat16": (
+        lambda s, d: softplus_backward(s, d, 1.7),
+        lambda b: [((b, 8), jnp.bfloat16)] * 2,
+    ),
+    "grad of softplus, traced beta": (
+        jax.grad(lambda x, c: softplus(x, c).sum(), (0, 1)),
+        lambda b: [((b, 8), jnp.float32), ((), jnp.float32)],
+    ),
+    # The batching rule builds shapes from the other, symbolic, dimensions.
+    "vmap, per-example beta": (
+        jax.vmap(_per_example),
+        lambda b: [((3, b), jnp.float32)] * 2 + [((3,), jnp.float32)],
+    ),
+    "vmap, diff_dst unmapped": (
+        jax.vmap(_per_example, (0, None, None)),
+        lambda b: [((3, b), jnp.float32), ((b,), jnp.float32), ((), jnp.float32)],
+    ),
+    "vmap of grad": (
+        jax.vmap(jax.grad(lambda x: softplus(x, 1.7).sum())),
+        lambda b: [((3, b), jnp.float32)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_POLY))
+def test_export_with_symbolic_shapes(name):
+    fn, layout = _POLY[name]
+    (b,) = export.symbolic_shape("b")
+    specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in layout(b)]
+    exp = export.export(jax.jit(fn))(*specs)
+    restored = export.deserialize(exp.serialize())
+    rng = np.random.default_rng(0)
+    for n in (5, 16):
+        args = [
+            jnp.asarray(rng.uniform(0.5, 2.0, shape) * rng.choice([-3, 3], shape), dt)
+            for shape, dt in layout(n)
+        ]
+        got, want = restored.call(*args), jax.jit(fn)(*args)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+
+
 def test_exported_artifact_runs_without_the_package(tmp_path):
     blob = tmp_path / "softplus.bin"
     blob.write_bytes(_exported().serialize())
