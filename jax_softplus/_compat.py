@@ -84,3 +84,56 @@ def match_varying(*args: Any) -> tuple:
         a if ax == union else jax.lax.pcast(a, tuple(union - ax), to="varying")
         for a, ax in zip(args, axes, strict=True)
     )
+
+
+def sharding_spec(aval: Any) -> tuple | None:
+    """`aval`'s PartitionSpec, one entry per dimension, where the mesh axes
+    are explicit (sharding in types: `jax.sharding.AxisType.Explicit`).
+
+    None where the type names no mesh axis: replicated, or Auto axes, whose
+    shardings XLA's partitioner chooses outside the types.
+    """
+    sharding = getattr(aval, "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if (
+        spec is None
+        or getattr(spec, "unreduced", None)
+        or getattr(spec, "reduced", None)
+    ):
+        return None
+    entries = tuple(spec) + (None,) * (len(aval.shape) - len(spec))
+    return entries if any(e is not None for e in entries) else None
+
+
+def match_sharding(names: tuple[str, ...], *args: Any) -> tuple:
+    """Reshard same-shape operands to one spec, or raise a `ValueError`.
+
+    JAX's elementwise ops take, along each dimension, the one mesh axis that
+    any operand is sharded over (a replicated dimension follows the sharded
+    one) and refuse two different axes. Resharding a replicated dimension is
+    a local slice, not a collective.
+    """
+    specs = [sharding_spec(jax.typeof(a)) for a in args]
+    known = [s for s in specs if s is not None]
+    if not known or all(s == known[0] for s in specs):
+        return args
+    combined = []
+    for dim, entries in enumerate(zip(*known, strict=True)):
+        named = {e for e in entries if e is not None}
+        if len(named) > 1:
+            listing = ", ".join(
+                f"{name} P{spec or ()}" for name, spec in zip(names, specs, strict=True)
+            )
+            raise ValueError(
+                f"{' and '.join(names)} are sharded over different mesh axes "
+                f"along dimension {dim}: {listing}. Reshard one to the other's "
+                "sharding (jax.sharding.reshard(x, spec)); an elementwise op "
+                "cannot choose between them."
+            )
+        combined.append(named.pop() if named else None)
+    mesh = jax.typeof(args[specs.index(known[0])]).sharding.mesh
+    target = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*combined))
+    return tuple(
+        a if s == tuple(combined) else jax.sharding.reshard(a, target)
+        for a, s in zip(args, specs, strict=True)
+    )

@@ -46,10 +46,16 @@ def own_jit(fun, **jit_kwargs):
 def bind(src, diff_dst, beta, *, beta_exact=False, beta_moderate=False):
     """Bind the primitive; every bind in the library goes through here.
 
-    Inside `shard_map` the operands first get one type, as for JAX's own
-    elementwise ops: a replicated operand is cast to vary with the others.
+    The operands first get one type, as for JAX's own elementwise ops: inside
+    `shard_map` a replicated operand is cast to vary with the others, and
+    over explicit mesh axes a replicated dimension is resharded to follow a
+    sharded one (a `ValueError` for two different mesh axes).
     """
     src, diff_dst, beta = _compat.match_varying(src, diff_dst, beta)
+    if np.ndim(beta):  # a per-example beta, broadcast by the batching rule
+        src, diff_dst, beta = _compat.match_sharding(_OPERANDS, src, diff_dst, beta)
+    else:
+        src, diff_dst = _compat.match_sharding(_OPERANDS[:2], src, diff_dst)
     return softplus_backward_p.bind(
         src, diff_dst, beta, beta_exact=beta_exact, beta_moderate=beta_moderate
     )
@@ -79,24 +85,29 @@ def _softplus_backward_impl(src, diff_dst, beta, **params):
 def _softplus_backward_abstract_eval(src, diff_dst, beta, **params):
     """Shapes and dtypes were validated before `bind`; here they are asserted.
 
-    The varying mesh axes are checked, not asserted: `bind` matches them, but
-    `softplus_backward_p` is public and a direct bind could mistype the result
-    as replicated, which JAX's own elementwise primitives refuse too.
+    The mesh types are checked, not asserted: `bind` matches them, but
+    `softplus_backward_p` is public, and a direct bind could otherwise type
+    the result as replicated where it varies, or with `src`'s sharding alone.
+    JAX's own elementwise primitives refuse such operands too.
     """
     del params
     assert src.shape == diff_dst.shape, (src.shape, diff_dst.shape)
     assert src.dtype == diff_dst.dtype, (src.dtype, diff_dst.dtype)
     assert beta.shape in ((), src.shape), (beta.shape, src.shape)
-    axes = [_compat.varying_axes(a) for a in (src, diff_dst, beta)]
-    if axes[1:] != axes[:-1]:
-        names = ", ".join(
-            f"{name} {{{', '.join(map(repr, a))}}}"
-            for name, a in zip(_OPERANDS, axes, strict=True)
+    operands = (src, diff_dst, beta)
+    axes = [_compat.varying_axes(a) for a in operands]
+    specs = [_compat.sharding_spec(a) for a in operands]
+    data = slice(0, 3 if beta.ndim else 2)  # a 0-d beta has no sharding
+    if axes[1:] != axes[:-1] or specs[data][1:] != specs[data][:-1]:
+        listing = ", ".join(
+            f"{name} varying over {{{', '.join(map(repr, a))}}} with spec P{spec or ()}"
+            for name, a, spec in zip(_OPERANDS, axes, specs, strict=True)
         )
         raise ValueError(
-            "softplus_backward_p's operands must vary over the same shard_map "
-            f"mesh axes, got {names}; call jax_softplus.softplus_backward, or "
-            "cast with jax.lax.pcast(x, axes, to='varying') before binding."
+            "softplus_backward_p's operands must have one mesh type (the same "
+            f"varying shard_map axes and explicit sharding), got {listing}. "
+            "Call jax_softplus.softplus_backward, which matches them, or use "
+            "jax.lax.pcast / jax.sharding.reshard before binding."
         )
     return src.update(weak_type=False)
 

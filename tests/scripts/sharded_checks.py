@@ -144,8 +144,75 @@ def direct_bind(a, b):
 try:
     jax.jit(shard_map(direct_bind, mesh=line, in_specs=(R, V), out_specs=V))(x_rep, gs8)
     facts["direct_bind_error"] = None
-except ValueError as err:
-    facts["direct_bind_error"] = str(err)
+except Exception as err:
+    facts["direct_bind_error"] = f"{type(err).__name__}: {err}"
+
+# 2c. Explicit mesh axes (sharding in types): a replicated operand follows
+# the sharded one, as in JAX's elementwise ops; two different axes are refused.
+AXIS_TYPES = (jax.sharding.AxisType.Explicit,) * 2
+explicit = jax.make_mesh((4, 2), ("a", "b"), axis_types=AXIS_TYPES)
+OLD_JAX = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 10)
+EXPLICIT_CASES = {
+    "diff_dst replicated": (lambda B, F, a, b, c, w: B(a, b, 1.3), ("ab", "", "", "")),
+    "src replicated": (lambda B, F, a, b, c, w: B(b, a, 1.3), ("ab", "", "", "")),
+    "grad of softplus": (
+        lambda B, F, a, b, c, w: jax.grad(lambda a: F(a, 1.3).sum())(a),
+        ("ab", "", "", "")),
+    "grad of a replicated weight": (
+        lambda B, F, a, b, c, w: jax.grad(lambda w: F(a @ w, 1.3).sum())(w),
+        ("ab", "", "", "")),
+    "vmap, per-example beta": (
+        lambda B, F, a, b, c, w: jax.vmap(B)(a, b, c), ("ab", "ab", "a", "")),
+    "vmap of grad, per-example beta": (
+        lambda B, F, a, b, c, w: jax.vmap(
+            jax.grad(lambda a, c: F(a, c).sum(), (0, 1)))(a, c),
+        ("ab", "", "a", "")),
+    "jvp, replicated tangent": (
+        lambda B, F, a, b, c, w: jax.jvp(lambda a: B(a, a, 1.3), (a,), (b,)),
+        ("ab", "", "", "")),
+}  # fmt: skip
+# JAX 0.8.2's own jnp.where fails under vmap over explicit axes.
+OLD_JAX_FAILS = {"vmap of grad, per-example beta"}
+
+
+def explicit_args(layout):
+    values = (xs8.reshape(8, 8), gs8.reshape(8, 8), jnp.linspace(0.5, 2.0, 8),
+              jnp.linspace(-1.0, 1.0, 64).reshape(8, 8))  # fmt: skip
+    return [jax.device_put(v, P(*spec)) for v, spec in zip(values, layout, strict=True)]
+
+
+facts["explicit_cases"] = {}
+with jax.set_mesh(explicit):
+    for name, (body, layout) in EXPLICIT_CASES.items():
+        if OLD_JAX and name in OLD_JAX_FAILS:
+            facts["explicit_cases"][name] = "not run: fails in JAX < 0.10 itself"
+            continue
+        try:
+            got, want = (
+                jax.jit(partial(body, *ops))(*explicit_args(layout))
+                for ops in ((softplus_backward, softplus), (ref_bwd, ref_fwd))
+            )
+        except Exception as err:
+            facts["explicit_cases"][name] = f"{type(err).__name__}: {err}"[:300]
+            continue
+        pairs = list(zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True))
+        close = all(np.allclose(g, w, rtol=2e-6, atol=1e-6) for g, w in pairs)
+        # The result is typed with the sharding JAX's own ops give it.
+        same_type = all(jax.typeof(g) == jax.typeof(w) for g, w in pairs)
+        facts["explicit_cases"][name] = (
+            "ok"
+            if close and same_type
+            else f"{[(jax.typeof(g), jax.typeof(w)) for g, w in pairs]}"
+        )
+    a_ab, b_ba = (jax.device_put(xs8.reshape(8, 8), P(*s)) for s in ("ab", "ba"))
+    try:
+        jax.jit(softplus_backward)(a_ab, b_ba, 1.3)
+        facts["explicit_conflict_error"] = None
+    except Exception as err:
+        facts["explicit_conflict_error"] = f"{type(err).__name__}: {err}"
+    donated = jax.device_put(gs8.reshape(8, 8), P("a", "b"))
+    res = softplus_backward_inplace(a_ab, donated, 1.3)
+    facts["explicit_inplace"] = [donated.is_deleted(), str(jax.typeof(res))]
 
 # 3. Donation of a sharded array.
 dd = jax.device_put(jnp.ones((64, 32)), sharding)
