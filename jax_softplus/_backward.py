@@ -43,9 +43,10 @@ def softplus_backward(
     Raises:
       TypeError: a non-float or unsupported dtype, `src` and `diff_dst` of
         different dtypes, or a `beta` that is not a real number.
-      ValueError: `src` and `diff_dst` of different shapes, a non-scalar
-        `beta`, a concrete `beta` that is NaN, infinite or beyond the float32
-        range, or an operand that was donated (deleted) earlier.
+      ValueError: `src` and `diff_dst` of different shapes, or sharded over
+        different explicit mesh axes along one dimension; a non-scalar
+        `beta`; a concrete `beta` that is NaN, infinite or beyond the float32
+        range; or an operand that was donated (deleted) earlier.
 
     Example:
       >>> import jax.numpy as jnp
