@@ -117,20 +117,33 @@ def match_sharding(names: tuple[str, ...], *args: Any) -> tuple:
     known = [s for s in specs if s is not None]
     if not known or all(s == known[0] for s in specs):
         return args
+    listing = ", ".join(
+        f"{name} P{spec or ()}" for name, spec in zip(names, specs, strict=True)
+    )
+    advice = (
+        "Reshard one to the other's sharding (jax.sharding.reshard(x, spec)); "
+        "an elementwise op cannot choose between them."
+    )
     combined = []
     for dim, entries in enumerate(zip(*known, strict=True)):
         named = {e for e in entries if e is not None}
         if len(named) > 1:
-            listing = ", ".join(
-                f"{name} P{spec or ()}" for name, spec in zip(names, specs, strict=True)
-            )
             raise ValueError(
                 f"{' and '.join(names)} are sharded over different mesh axes "
-                f"along dimension {dim}: {listing}. Reshard one to the other's "
-                "sharding (jax.sharding.reshard(x, spec)); an elementwise op "
-                "cannot choose between them."
+                f"along dimension {dim}: {listing}. {advice}"
             )
         combined.append(named.pop() if named else None)
+    used = [
+        n
+        for e in combined
+        if e is not None
+        for n in (e if isinstance(e, tuple) else (e,))
+    ]
+    if len(used) != len(set(used)):
+        raise ValueError(
+            f"{' and '.join(names)} are sharded over one mesh axis along "
+            f"different dimensions: {listing}. {advice}"
+        )
     mesh = jax.typeof(args[specs.index(known[0])]).sharding.mesh
     target = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*combined))
     return tuple(

@@ -73,11 +73,15 @@ def test_explicit_mesh_axes(facts):
 
 
 def test_explicit_mesh_axes_in_conflict_are_refused(facts):
-    message = facts["explicit_conflict_error"]
-    assert message.startswith("ValueError: ")
-    assert "dimension 0" in message
-    assert "src P('a', 'b')" in message and "diff_dst P('b', 'a')" in message
-    assert "jax.sharding.reshard" in message
+    errors = facts["explicit_conflict_errors"]
+    different, twice = errors["different axes"], errors["one axis twice"]
+    assert different.startswith("ValueError: ")
+    assert "different mesh axes along dimension 0" in different
+    assert "src P('a', 'b')" in different and "diff_dst P('b', 'a')" in different
+    assert twice.startswith("ValueError: ")
+    assert "one mesh axis along different dimensions" in twice
+    assert "src P('a', None)" in twice and "diff_dst P(None, 'a')" in twice
+    assert all("jax.sharding.reshard" in e for e in errors.values())
 
 
 def test_donating_a_sharded_array(facts):

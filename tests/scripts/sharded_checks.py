@@ -204,12 +204,20 @@ with jax.set_mesh(explicit):
             if close and same_type
             else f"{[(jax.typeof(g), jax.typeof(w)) for g, w in pairs]}"
         )
-    a_ab, b_ba = (jax.device_put(xs8.reshape(8, 8), P(*s)) for s in ("ab", "ba"))
-    try:
-        jax.jit(softplus_backward)(a_ab, b_ba, 1.3)
-        facts["explicit_conflict_error"] = None
-    except Exception as err:
-        facts["explicit_conflict_error"] = f"{type(err).__name__}: {err}"
+    a_ab, b_ba, a_a0, a_0a = (
+        jax.device_put(xs8.reshape(8, 8), P(*spec))
+        for spec in (("a", "b"), ("b", "a"), ("a", None), (None, "a"))
+    )
+    facts["explicit_conflict_errors"] = {}
+    for name, pair in (
+        ("different axes", (a_ab, b_ba)),
+        ("one axis twice", (a_a0, a_0a)),
+    ):
+        try:
+            jax.jit(softplus_backward)(*pair, 1.3)
+            facts["explicit_conflict_errors"][name] = None
+        except Exception as err:
+            facts["explicit_conflict_errors"][name] = f"{type(err).__name__}: {err}"
     donated = jax.device_put(gs8.reshape(8, 8), P("a", "b"))
     res = softplus_backward_inplace(a_ab, donated, 1.3)
     facts["explicit_inplace"] = [donated.is_deleted(), str(jax.typeof(res))]
