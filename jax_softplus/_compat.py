@@ -1,6 +1,7 @@
 """Version shims: the one module that knows where JAX moved things.
 
-Supported: jax 0.10.x (Python 3.11) and 0.11.x (Python 3.12).
+Tested: jax 0.8.2 and 0.10.2 (Python 3.11), 0.11.2 and 0.12.0.1 (Python
+3.13, `.ci/newer-jax.sh`).
 """
 
 from __future__ import annotations
