@@ -68,8 +68,13 @@ def _validated(src, diff_dst, beta):
     return (src, diff_dst, beta), hints
 
 
-def _inplace(src, diff_dst, beta, hints):
-    return bind(src, diff_dst, beta, **hints._asdict())
+def _inplace(src, diff_dst, beta, hints, layout=None):
+    out = bind(src, diff_dst, beta, **hints._asdict())
+    if layout is not None:
+        # The result must be laid out as diff_dst for XLA to reuse its buffer;
+        # left to itself it may follow src's sharding and allocate.
+        out = _compat.constrain(out, layout)
+    return out
 
 
 # beta stays a traced argument; only the static hints about a concrete beta
@@ -77,8 +82,16 @@ def _inplace(src, diff_dst, beta, hints):
 # extreme value) pick between at most four compilations per shape, with the
 # same bits.
 _inplace_jit = own_jit(
-    _inplace, donate_argnames=("diff_dst",), static_argnames=("hints",)
+    _inplace, donate_argnames=("diff_dst",), static_argnames=("hints", "layout")
 )
+
+
+def _layout(src, diff_dst):
+    """diff_dst's sharding where src is laid out otherwise, else None."""
+    mine, theirs = diff_dst.sharding, src.sharding
+    if mine == theirs or mine.is_equivalent_to(theirs, diff_dst.ndim):
+        return None
+    return mine
 
 
 def _inplace_self(diff_dst, beta, hints):
@@ -139,12 +152,15 @@ def softplus_backward_inplace(
         return bind(*args, **hints._asdict())
     if args[0] is args[1]:
         return _inplace_self_jit(args[1], args[2], hints=hints)
-    return _inplace_jit(*args, hints=hints)
+    layout = _layout(*args[:2])
+    if layout is None:  # the usual case; an unused static argument costs 2 us
+        return _inplace_jit(*args, hints=hints)
+    return _inplace_jit(*args, hints=hints, layout=layout)
 
 
 def _lower(src, diff_dst, beta=1.0):
     args, hints = _validated(src, diff_dst, beta)
-    return _inplace_jit.lower(*args, hints=hints)
+    return _inplace_jit.lower(*args, hints=hints, layout=_layout(*args[:2]))
 
 
 softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]

@@ -151,3 +151,12 @@ def match_sharding(names: tuple[str, ...], *args: Any) -> tuple:
         a if s == tuple(combined) else jax.sharding.reshard(a, target)
         for a, s in zip(args, specs, strict=True)
     )
+
+
+def constrain(x: Any, sharding: Any) -> Any:
+    """Lay `x` out as `sharding` inside a jit: a reshard over explicit mesh
+    axes (where sharding is part of the type), else a sharding constraint."""
+    axis_types = getattr(getattr(sharding, "mesh", None), "axis_types", ())
+    if any(t == jax.sharding.AxisType.Explicit for t in axis_types):
+        return jax.sharding.reshard(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)

@@ -7,7 +7,9 @@ of a concrete beta), so the same error is raised eagerly and under `jit`,
 
 from __future__ import annotations
 
+import functools
 import numbers
+import weakref
 from typing import Any, NamedTuple
 
 import jax
@@ -137,6 +139,8 @@ def beta(
     compute dtype, with the `BetaHints` that its value allows.
     """
     cdtype = compute_dtype(data_dtype)
+    if type(value) is float:  # the usual case, checked once per value
+        return _float_beta(value, cdtype, forward)
     if isinstance(value, (list, tuple)):
         value = np.asarray(value)
     if isinstance(value, (jax.Array, np.ndarray, np.generic)):
@@ -156,13 +160,50 @@ def beta(
         )
     if _compat.is_tracer(value):
         return value.astype(cdtype), BetaHints()
-    # A concrete jax.Array is read back once (a scalar transfer) to be checked.
+    if isinstance(value, jax.Array):
+        return _array_beta(value, cdtype, forward)
     try:
         concrete = float(np.asarray(value, np.float64))
         shown = f"{concrete!r}"
     except OverflowError:  # a Python int beyond float64
         concrete = np.inf if value > 0 else -np.inf
         shown = f"an integer of {len(str(abs(value)))} digits"
+    return _concrete_beta(concrete, shown, cdtype, forward)
+
+
+# Concrete device betas, by identity. Arrays are immutable, so each is read
+# back (a scalar transfer, which waits for the array) and checked once, not
+# on every call that passes it.
+_ARRAY_BETAS: dict = {}
+
+
+def _array_beta(value, cdtype, forward):
+    if value.is_deleted():
+        raise ValueError(
+            "beta is a deleted array: its buffer was donated to an earlier "
+            "call. Pass a live array or a Python float."
+        )
+    key = (id(value), cdtype, forward)
+    hit = _ARRAY_BETAS.get(key)
+    if hit is not None and hit[0]() is value:
+        return hit[1]
+    concrete = float(np.asarray(value, np.float64))
+    result = _concrete_beta(concrete, f"{concrete!r}", cdtype, forward)
+    # Dropped with the array, before its id can be reused.
+    _ARRAY_BETAS[key] = (
+        weakref.ref(value, lambda _, key=key: _ARRAY_BETAS.pop(key, None)),
+        result,
+    )
+    return result
+
+
+@functools.lru_cache(maxsize=256)
+def _float_beta(value, cdtype, forward):
+    # 0.0 and -0.0 share an entry: both are checked to +0.0.
+    return _concrete_beta(value, f"{value!r}", cdtype, forward)
+
+
+def _concrete_beta(concrete, shown, cdtype, forward):
     limit = float(jnp.finfo(cdtype).max)
     if not np.isfinite(concrete) or abs(concrete) > limit:
         raise ValueError(
@@ -184,6 +225,7 @@ def beta(
         # XLA on CPU flushes subnormals to zero; do it here, everywhere.
         concrete = 0.0
     checked = np.asarray(concrete, cdtype)  # host scalar: no device transfer yet
+    checked.flags.writeable = False  # shared by every call with this beta
     mantissa = np.frexp(checked)[0]
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
     moderate = concrete == 0.0 or 2.0**-64 <= abs(concrete) <= 2.0**64

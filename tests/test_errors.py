@@ -6,7 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+from jax_softplus import (
+    _validate,
+    softplus,
+    softplus_backward,
+    softplus_backward_inplace,
+)
 
 X = jnp.ones(4)
 
@@ -118,3 +123,38 @@ def test_library_state_survives_errors():
         with pytest.raises((TypeError, ValueError)):
             softplus_backward(bad, X)
     np.testing.assert_allclose(softplus_backward(X, X), 1 / (1 + np.exp(-1.0)))
+
+
+def test_remembered_betas_are_checked_as_before():
+    # A Python float is checked once per value and a device array once per
+    # array; what is checked does not change.
+    for _ in range(2):  # errors are raised every time, never remembered
+        with pytest.raises(ValueError, match="got nan"):
+            softplus_backward(X, X, float("nan"))
+        with pytest.raises(ValueError, match="got inf"):
+            softplus_backward(X, X, jnp.float32(np.inf))
+    checked, _ = _validate.beta(1.5, jnp.float32, forward=False)
+    assert checked is _validate.beta(1.5, jnp.float32, forward=False)[0]
+    assert not checked.flags.writeable  # one array, shared by calls
+    # New arrays may reuse a freed array's id: each is read anew.
+    for value in (0.5, 2.0, -1.0, 3.0, 0.5, 1e-42):
+        beta = jnp.float32(value)
+        got = softplus_backward(X, X, beta)
+        np.testing.assert_array_equal(got, softplus_backward(X, X, value))
+        del beta
+
+
+def test_deleted_beta_is_refused():
+    beta = jnp.float32(1.5)
+    want = softplus_backward(X, X, 1.5)
+    np.testing.assert_array_equal(softplus_backward(X, X, beta), want)
+    beta.delete()  # after it was checked and remembered
+    calls = {
+        "softplus_backward": lambda: softplus_backward(X, X, beta),
+        "softplus_backward_inplace": lambda: softplus_backward_inplace(X, X + 1, beta),
+        "softplus": lambda: softplus(X, beta),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="beta is a deleted array"):
+            call()
+            pytest.fail(f"{name} accepted a deleted beta")

@@ -89,6 +89,14 @@ def test_donating_a_sharded_array(facts):
     assert facts["donated_out_sharding_matches"]
 
 
+def test_donating_with_src_laid_out_otherwise(facts):
+    # [diff_dst deleted, result laid out as diff_dst, right values, warnings]
+    cases = facts["donated_mixed_layouts"]
+    assert len(cases) == 3
+    assert {k: v for k, v in cases.items() if v != [True, True, True, []]} == {}
+    assert facts["explicit_inplace_replicated"] == [True, "float32[8,8]", [], True]
+
+
 def test_data_parallel_training_reduces_the_loss(facts):
     first, last = facts["losses"]
     assert last < 0.5 * first

@@ -5,6 +5,7 @@ Prints one JSON object of facts for the test to assert on.
 
 import json
 import os
+import warnings
 from functools import partial
 
 assert "xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", "")
@@ -221,12 +222,41 @@ with jax.set_mesh(explicit):
     donated = jax.device_put(gs8.reshape(8, 8), P("a", "b"))
     res = softplus_backward_inplace(a_ab, donated, 1.3)
     facts["explicit_inplace"] = [donated.is_deleted(), str(jax.typeof(res))]
+    # A replicated diff_dst: the result takes its layout, and its buffer.
+    donated = jax.device_put(gs8.reshape(8, 8), P())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = softplus_backward_inplace(a_ab, donated, 1.3)
+    facts["explicit_inplace_replicated"] = [
+        donated.is_deleted(),
+        str(jax.typeof(res)),
+        [str(w.message)[:80] for w in caught],
+        bool(np.allclose(res, ref_bwd(np.asarray(a_ab), gs8.reshape(8, 8), 1.3))),
+    ]
 
 # 3. Donation of a sharded array.
 dd = jax.device_put(jnp.ones((64, 32)), sharding)
 res = softplus_backward_inplace(x, dd, 1.7)
 facts["donated_deleted"] = dd.is_deleted()
 facts["donated_out_sharding_matches"] = res.sharding.is_equivalent_to(sharding, 2)
+# src laid out otherwise than diff_dst: the result still takes diff_dst's
+# layout and buffer (left to itself, XLA followed src and allocated, silently).
+facts["donated_mixed_layouts"] = {}
+for src_spec, dd_spec in ((("data", "model"), ()), ((), ("data", "model")),
+                          (("data", None), (None, "model"))):  # fmt: skip
+    src_m = jax.device_put(x, NamedSharding(mesh, P(*src_spec)))
+    dd_sharding = NamedSharding(mesh, P(*dd_spec))
+    dd_m = jax.device_put(jnp.linspace(-1, 1, 64 * 32).reshape(64, 32), dd_sharding)
+    want = np.asarray(softplus_backward(np.asarray(src_m), np.asarray(dd_m), 1.7))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = softplus_backward_inplace(src_m, dd_m, 1.7)
+    facts["donated_mixed_layouts"][f"src {src_spec}, diff_dst {dd_spec}"] = [
+        dd_m.is_deleted(),
+        res.sharding.is_equivalent_to(dd_sharding, 2),
+        bool(np.array_equal(np.asarray(res), want)),
+        [str(w.message)[:80] for w in caught],
+    ]
 
 # 4. Data-parallel training: the loss falls. Each step is blocked on: with
 # several steps in flight jaxlib 0.10.2 can deadlock in the all-reduce
