@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -151,11 +152,20 @@ def softplus_backward_inplace(
         # outer computation owns its buffers (donate its arguments instead).
         return bind(*args, **hints._asdict())
     if args[0] is args[1]:
-        return _inplace_self_jit(args[1], args[2], hints=hints)
-    layout = _layout(*args[:2])
-    if layout is None:  # the usual case; an unused static argument costs 2 us
-        return _inplace_jit(*args, hints=hints)
-    return _inplace_jit(*args, hints=hints, layout=layout)
+        out = _inplace_self_jit(args[1], args[2], hints=hints)
+    else:
+        out = _inplace_jit(*args, hints=hints, layout=_layout(*args[:2]))
+    if not (args[1].is_deleted() or jax.config.jax_disable_jit):
+        # The runtime declines, silently, to donate a buffer that something
+        # else still references, such as a NumPy view from np.asarray.
+        # (Under disable_jit nothing is donated, as documented.)
+        warnings.warn(
+            "softplus_backward_inplace could not donate diff_dst: its buffer "
+            "is still referenced elsewhere (a NumPy view from np.asarray, for "
+            "one), so the result is a new array and diff_dst is unchanged.",
+            stacklevel=2,
+        )
+    return out
 
 
 def _lower(src, diff_dst, beta=1.0):

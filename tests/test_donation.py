@@ -100,6 +100,28 @@ def test_donated_array_cannot_be_reused():
     assert out.shape == (N,)
 
 
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="np.asarray copies off the CPU"
+)
+def test_a_diff_dst_with_a_numpy_view_is_not_donated_and_says_so():
+    # The runtime keeps a buffer that a NumPy view shares (np.asarray on the
+    # CPU), silently; the library warns, and the result is still right.
+    src, dd = _inputs(jnp.float32)
+    want = softplus_backward(src, dd, 1.7)
+    view = np.asarray(dd)
+    before = view.copy()
+    with pytest.warns(UserWarning, match="could not donate diff_dst"):
+        out = softplus_backward_inplace(src, dd, 1.7)
+    np.testing.assert_array_equal(out, want)
+    assert not dd.is_deleted()
+    np.testing.assert_array_equal(view, before)
+    del view  # with the view gone, the same array is donated
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        softplus_backward_inplace(src, dd, 1.7)
+    assert dd.is_deleted()
+
+
 def test_numpy_diff_dst_is_accepted():
     src = np.zeros(8, np.float32)
     out = softplus_backward_inplace(src, np.ones(8, np.float32))

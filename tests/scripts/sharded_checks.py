@@ -244,10 +244,14 @@ facts["donated_out_sharding_matches"] = res.sharding.is_equivalent_to(sharding, 
 facts["donated_mixed_layouts"] = {}
 for src_spec, dd_spec in ((("data", "model"), ()), ((), ("data", "model")),
                           (("data", None), (None, "model"))):  # fmt: skip
-    src_m = jax.device_put(x, NamedSharding(mesh, P(*src_spec)))
+    src_host = np.linspace(-5, 5, 64 * 32, dtype=np.float32).reshape(64, 32)
+    dd_host = np.linspace(-1, 1, 64 * 32, dtype=np.float32).reshape(64, 32)
+    want = np.asarray(softplus_backward(src_host, dd_host, 1.7))
+    # From host data: a NumPy view of dd_m would keep the runtime from
+    # donating it (see test_donation.py).
+    src_m = jax.device_put(src_host, NamedSharding(mesh, P(*src_spec)))
     dd_sharding = NamedSharding(mesh, P(*dd_spec))
-    dd_m = jax.device_put(jnp.linspace(-1, 1, 64 * 32).reshape(64, 32), dd_sharding)
-    want = np.asarray(softplus_backward(np.asarray(src_m), np.asarray(dd_m), 1.7))
+    dd_m = jax.device_put(dd_host, dd_sharding)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = softplus_backward_inplace(src_m, dd_m, 1.7)
