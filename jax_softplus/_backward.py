@@ -119,6 +119,10 @@ def softplus_backward_inplace(
 
     After the call `diff_dst` is deleted (`diff_dst.is_deleted()` is true),
     whether it was passed by position or by keyword: use the returned array.
+    (The runtime declines to donate a buffer that is still referenced
+    elsewhere, such as by a NumPy view from `np.asarray` on the CPU; then a
+    `UserWarning` says so, `diff_dst` is unchanged and the result is new.)
+    With sharded arrays the result is laid out as `diff_dst`.
     `src` may be the same array as `diff_dst` (then
     `diff_src = x * sigmoid(beta * x)`, still in place, and `x` is deleted).
     The arguments are validated before the jitted call, so a concrete bad
