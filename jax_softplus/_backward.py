@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from jax_softplus import _compat, _validate
+from jax_softplus import _compat, _sharding, _validate
 from jax_softplus._primitive import bind, compiled, own_jit
 
 ArrayLike = Any
@@ -74,7 +74,7 @@ def _inplace(src, diff_dst, beta, hints, layout=None):
     if layout is not None:
         # The result must be laid out as diff_dst for XLA to reuse its buffer;
         # left to itself it may follow src's sharding and allocate.
-        out = _compat.constrain(out, layout)
+        out = _sharding.constrain(out, layout)
     return out
 
 

@@ -23,7 +23,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 
-from jax_softplus import _compat, _math
+from jax_softplus import _compat, _math, _sharding
 
 softplus_backward_p = Primitive("softplus_backward")
 _OPERANDS = ("src", "diff_dst", "beta")
@@ -51,11 +51,11 @@ def bind(src, diff_dst, beta, *, beta_exact=False, beta_moderate=False):
     over explicit mesh axes a replicated dimension is resharded to follow a
     sharded one (a `ValueError` for two different mesh axes).
     """
-    src, diff_dst, beta = _compat.match_varying(src, diff_dst, beta)
+    src, diff_dst, beta = _sharding.match_varying(src, diff_dst, beta)
     if np.ndim(beta):  # a per-example beta, broadcast by the batching rule
-        src, diff_dst, beta = _compat.match_sharding(_OPERANDS, src, diff_dst, beta)
+        src, diff_dst, beta = _sharding.match_sharding(_OPERANDS, src, diff_dst, beta)
     else:
-        src, diff_dst = _compat.match_sharding(_OPERANDS[:2], src, diff_dst)
+        src, diff_dst = _sharding.match_sharding(_OPERANDS[:2], src, diff_dst)
     return softplus_backward_p.bind(
         src, diff_dst, beta, beta_exact=beta_exact, beta_moderate=beta_moderate
     )
@@ -96,7 +96,7 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, **params):
     assert beta.shape in ((), src.shape), (beta.shape, src.shape)
     operands = (src, diff_dst, beta)
     axes = [_compat.varying_axes(a) for a in operands]
-    specs = [_compat.sharding_spec(a) for a in operands]
+    specs = [_sharding.sharding_spec(a) for a in operands]
     data = slice(0, 3 if beta.ndim else 2)  # a 0-d beta has no sharding
     if axes[1:] != axes[:-1] or specs[data][1:] != specs[data][:-1]:
         listing = ", ".join(

@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
-from jax_softplus import _compat, _math, _validate
+from jax_softplus import _compat, _math, _sharding, _validate
 from jax_softplus._math import from_f32, to_f32
 from jax_softplus._primitive import bind, own_jit
 
@@ -142,5 +142,5 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
         return _softplus_eager(x, beta, hints=hints)
     # Matched outside the custom_vjp, so that the cast's transpose sums the
     # cotangent of an operand replicated over shard_map's mesh.
-    x, beta = _compat.match_varying(x, beta)
+    x, beta = _sharding.match_varying(x, beta)
     return _softplus(hints, x, beta)
