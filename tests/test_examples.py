@@ -50,3 +50,15 @@ def test_sharded_on_eight_host_devices():
     assert "8 devices" in stdout
     first, last = (float(v) for v in stdout.split("loss ")[1].split()[0:3:2])
     assert last < first
+
+
+def test_shard_map_with_a_learnable_beta():
+    stdout = run_on_eight_devices(
+        str(EXAMPLES / "shard_map_beta.py"), "--quick", timeout=120
+    )
+    gap = float(stdout.split("max |diff| ")[1].split()[0])
+    assert gap < 1e-6  # the first step, against jax.nn.softplus
+    losses, betas = stdout.split("loss ")[1].split(", beta ")
+    first, last = (float(v) for v in losses.split(" -> "))
+    assert last < 0.5 * first
+    assert float(betas.split(" -> ")[1]) != 1.0  # beta learned
