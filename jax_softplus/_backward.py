@@ -56,9 +56,9 @@ def softplus_backward(
       Array([0.11920292, 0.5       , 0.98201376], dtype=float32)
     """
     args, hints = _validated(src, diff_dst, beta)
-    if not any(_compat.is_tracer(a) for a in args):
-        # Eager: straight to the compiled kernel that bind would reach through
-        # the primitive's dispatch (same bits, about 20 us less per call).
+    if _compat.eager(*args):
+        # Straight to the compiled kernel that bind would reach through the
+        # primitive's dispatch (same bits, about 20 us less per call).
         return compiled(*args, **hints._asdict())
     return bind(*args, **hints._asdict())
 
@@ -151,9 +151,10 @@ def softplus_backward_inplace(
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
     args, hints = _validated(src, diff_dst, beta)
-    if any(_compat.is_tracer(a) for a in args):
-        # Under an outer jit/vmap/grad there is no buffer to donate: the
-        # outer computation owns its buffers (donate its arguments instead).
+    if not _compat.eager(*args):
+        # Under an outer jit/vmap/grad (closed-over arrays included) there is
+        # no buffer to donate: the outer computation owns its buffers (donate
+        # its arguments instead).
         return bind(*args, **hints._asdict())
     if args[0] is args[1]:
         out = _inplace_self_jit(args[1], args[2], hints=hints)

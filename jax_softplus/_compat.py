@@ -12,17 +12,38 @@ from typing import Any
 import jax
 from jax.interpreters import batching
 
+try:  # no public equivalent; present from JAX 0.4 to 0.12 at least
+    from jax._src.core import trace_state_clean as _trace_state_clean
+except ImportError:  # pragma: no cover - future JAX
+
+    def _trace_state_clean() -> bool:
+        return False  # always the traced path: correct, only slower eagerly
+
+
+# `jax.core` is a legacy module whose exports JAX keeps trimming; if `Tracer`
+# leaves it, the private class is the fallback.
+_Tracer = getattr(jax.core, "Tracer", None)
+if _Tracer is None:  # pragma: no cover - future JAX
+    from jax._src.core import Tracer as _Tracer
+
 
 def is_tracer(value: Any) -> bool:
-    """Whether `value` is a tracer (abstract under jit/vmap/grad).
+    """Whether `value` is a tracer (abstract under jit/vmap/grad)."""
+    return isinstance(value, _Tracer)
 
-    `jax.core` is a legacy module whose exports JAX keeps trimming; if
-    `Tracer` leaves it, the private class is the fallback.
+
+def eager(*values: Any) -> bool:
+    """Whether a call on `values` runs at the top level, outside any trace.
+
+    Arrays that a function being traced by `jit`, `scan` or `cond` closes
+    over are concrete, not tracers, yet the call belongs to that trace: the
+    library's own top-level jits (with their compiler options, or donation)
+    must not run there.
     """
-    tracer = getattr(jax.core, "Tracer", None)
-    if tracer is None:  # pragma: no cover - future JAX
-        from jax._src.core import Tracer as tracer
-    return isinstance(value, tracer)
+    for value in values:
+        if isinstance(value, _Tracer):
+            return False
+    return _trace_state_clean()
 
 
 def register_batching_rule(prim: Any, rule: Callable) -> None:

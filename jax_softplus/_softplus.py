@@ -138,7 +138,7 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
     """
     x = _validate.operand("x", x)
     beta, hints = _validate.beta(beta, x.dtype, forward=True)
-    if not (_compat.is_tracer(x) or _compat.is_tracer(beta)):
+    if _compat.eager(x, beta):
         return _softplus_eager(x, beta, hints=hints)
     # Matched outside the custom_vjp, so that the cast's transpose sums the
     # cotangent of an operand replicated over shard_map's mesh.

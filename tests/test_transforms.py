@@ -67,3 +67,39 @@ def test_disable_jit_runs_every_entry_point():
     # The forward kernel runs op by op there (no fusion, no FMA contraction):
     # the same values up to its rounding.
     np.testing.assert_allclose(fwd, softplus(X, 1.7), rtol=3e-7)
+
+
+def test_arrays_closed_over_by_a_traced_function():
+    # Concrete arrays that a jitted (or scanned, or checkified) function
+    # closes over are not tracers, but the call belongs to that trace: it
+    # must not run the library's own top-level jits there (JAX refuses their
+    # compiler options in a nested jit) nor donate the closed-over diff_dst.
+    from jax.experimental import checkify
+
+    x, g = jnp.linspace(-3.0, 3.0, 64), jnp.linspace(0.5, 1.5, 64)
+    ops = {
+        "softplus": lambda: softplus(x, 1.3),
+        "softplus_backward": lambda: softplus_backward(x, g, 1.3),
+        "softplus_backward_inplace": lambda: softplus_backward_inplace(x, g, 1.3),
+    }
+    wrappers = {
+        "jit": lambda op: jax.jit(op)(),
+        "scan": lambda op: jax.lax.scan(lambda c, _: (c, op()), 0, None, length=2)[1][
+            1
+        ],
+        "cond": lambda op: jax.lax.cond(True, op, op),
+        "vmap": lambda op: jax.vmap(lambda i: op() * i)(jnp.ones(2))[0],
+        "checkify": lambda op: checkify.checkify(op, errors=checkify.float_checks)()[1],
+    }
+    want = {
+        "softplus": softplus(x, 1.3),
+        "softplus_backward": softplus_backward(x, g, 1.3),
+    }
+    want["softplus_backward_inplace"] = want["softplus_backward"]
+    for wrap_name, wrap in wrappers.items():
+        for op_name, op in ops.items():
+            got = wrap(op)
+            np.testing.assert_allclose(
+                got, want[op_name], rtol=3e-7, err_msg=f"{op_name} in {wrap_name}"
+            )
+    assert not g.is_deleted()  # nothing was donated inside a trace
