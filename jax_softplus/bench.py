@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+from jax_softplus._primitive import _WIDE_VECTORS
 
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
 _DTYPE_ALIASES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -55,7 +56,7 @@ class Row:
 # Both are XLA debug options: not a stable API.
 TUNED_CPU_OPTIONS = {
     "xla_cpu_copy_insertion_use_region_analysis": True,
-    "xla_cpu_prefer_vector_width": 512,
+    **_WIDE_VECTORS,
 }
 
 
