@@ -59,7 +59,9 @@ def softplus_backward(
     if _compat.eager(*args):
         # Straight to the compiled kernel that bind would reach through the
         # primitive's dispatch (same bits, about 20 us less per call).
-        return compiled(*args, **hints._asdict())
+        src, diff_dst, checked = args
+        beta = _sharding.place_beta(beta, checked, diff_dst)
+        return compiled(src, diff_dst, beta, **hints._asdict())
     return bind(*args, **hints._asdict())
 
 
@@ -156,11 +158,16 @@ def softplus_backward_inplace(
         # no buffer to donate: the outer computation owns its buffers (donate
         # its arguments instead).
         return bind(*args, **hints._asdict())
-    if args[0] is args[1]:
-        out = _inplace_self_jit(args[1], args[2], hints=hints)
+    src, diff_dst, checked = args
+    # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
+    beta = _sharding.place_beta(None if beta is diff_dst else beta, checked, diff_dst)
+    if src is diff_dst:
+        out = _inplace_self_jit(diff_dst, beta, hints=hints)
     else:
-        out = _inplace_jit(*args, hints=hints, layout=_layout(*args[:2]))
-    if not (args[1].is_deleted() or jax.config.jax_disable_jit):
+        out = _inplace_jit(
+            src, diff_dst, beta, hints=hints, layout=_layout(src, diff_dst)
+        )
+    if not (diff_dst.is_deleted() or jax.config.jax_disable_jit):
         # The runtime declines, silently, to donate a buffer that something
         # else still references, such as a NumPy view from np.asarray.
         # (Under disable_jit nothing is donated, as documented.)

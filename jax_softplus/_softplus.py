@@ -137,9 +137,10 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       Array(0.5, dtype=float32)
     """
     x = _validate.operand("x", x)
-    beta, hints = _validate.beta(beta, x.dtype, forward=True)
-    if _compat.eager(x, beta):
-        return _softplus_eager(x, beta, hints=hints)
+    checked, hints = _validate.beta(beta, x.dtype, forward=True)
+    if _compat.eager(x, checked):
+        return _softplus_eager(x, _sharding.place_beta(beta, checked, x), hints=hints)
+    beta = checked
     # Matched outside the custom_vjp, so that the cast's transpose sums the
     # cotangent of an operand replicated over shard_map's mesh.
     x, beta = _sharding.match_varying(x, beta)

@@ -187,7 +187,11 @@ def _array_beta(value, cdtype, forward):
     hit = _ARRAY_BETAS.get(key)
     if hit is not None and hit[0]() is value:
         return hit[1]
-    concrete = float(np.asarray(value, np.float64))
+    # A deliberate read, so allowed under any transfer guard. Not through
+    # jax.device_get or float(): on the CPU, JAX 0.11 then keeps a NumPy view
+    # on the array, which would keep a later jit from donating it.
+    with jax.transfer_guard_device_to_host("allow"):
+        concrete = float(np.asarray(value, np.float64))
     result = _concrete_beta(concrete, f"{concrete!r}", cdtype, forward)
     # Dropped with the array, before its id can be reused.
     _ARRAY_BETAS[key] = (

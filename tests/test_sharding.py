@@ -97,6 +97,13 @@ def test_donating_with_src_laid_out_otherwise(facts):
     assert facts["explicit_inplace_replicated"] == [True, "float32[8,8]", [], True]
 
 
+def test_eager_calls_make_no_implicit_transfer(facts):
+    # Under jax.transfer_guard("disallow"), with the unguarded bits.
+    cases = facts["transfer_cases"]
+    assert len(cases) == 7
+    assert {name: res for name, res in cases.items() if res != "ok"} == {}
+
+
 def test_data_parallel_training_reduces_the_loss(facts):
     first, last = facts["losses"]
     assert last < 0.5 * first

@@ -262,6 +262,37 @@ for src_spec, dd_spec in ((("data", "model"), ()), ((), ("data", "model")),
         [str(w.message)[:80] for w in caught],
     ]
 
+# 3b. Eager calls keep beta beside the data: under transfer_guard("disallow"),
+# which refuses implicit transfers, a sharded call, and a call on one device
+# with beta committed to another, give the unguarded results.
+on3 = jax.device_put(np.asarray(x), jax.devices()[3])
+g3 = jax.device_put(np.asarray(g), jax.devices()[3])
+beta5 = jax.device_put(jnp.float32(1.3), jax.devices()[5])
+beta_rep8 = jax.device_put(jnp.float32(1.3), NamedSharding(mesh, P()))
+TRANSFER_CASES = {
+    "sharded, default beta": lambda: softplus(x),
+    "sharded, float beta": lambda: softplus_backward(x, g, 1.3),
+    "sharded, replicated device beta": lambda: softplus(x, beta_rep8),
+    "sharded, beta on one device": lambda: softplus_backward(x, g, beta5),
+    "sharded, in place": lambda: softplus_backward_inplace(
+        x, jax.device_put(np.asarray(g), sharding), beta_rep8
+    ),
+    "one device, beta on another": lambda: softplus(on3, beta5),
+    "one device, in place": lambda: softplus_backward_inplace(
+        on3, jax.device_put(np.asarray(g), jax.devices()[3]), beta5
+    ),
+}
+facts["transfer_cases"] = {}
+for name, call in TRANSFER_CASES.items():
+    want = np.asarray(call())
+    try:
+        with jax.transfer_guard("disallow"):
+            got = np.asarray(jax.block_until_ready(call()))
+        same = np.array_equal(got, want)
+        facts["transfer_cases"][name] = "ok" if same else "different bits"
+    except Exception as err:
+        facts["transfer_cases"][name] = f"{type(err).__name__}: {err}"[:300]
+
 # 4. Data-parallel training: the loss falls. Each step is blocked on: with
 # several steps in flight jaxlib 0.10.2 can deadlock in the all-reduce
 # rendezvous on a 2-core host (see docs/sharp_bits.md).

@@ -1,0 +1,109 @@
+"""Transfers: eager calls keep beta on the device, as JAX's own ops do.
+
+Under `jax.transfer_guard("disallow")` every implicit host-device transfer
+raises; `jax.nn.celu(x)` and `jax.nn.celu(x, alpha)` with a device `alpha`
+pass, and so must the library's entry points.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import DTYPES
+
+from jax_softplus import (
+    _sharding,
+    _validate,
+    softplus,
+    softplus_backward,
+    softplus_backward_inplace,
+)
+
+X = np.linspace(-6, 6, 64, dtype=np.float32)
+G = np.cos(X)
+
+
+def _entry_points(dtype):
+    """name -> call(beta), with fresh operands for the donating one."""
+    x, g = jnp.asarray(X, dtype), jnp.asarray(G, dtype)
+    return {
+        "softplus": lambda *b: softplus(x, *b),
+        "softplus_backward": lambda *b: softplus_backward(x, g, *b),
+        "softplus_backward_inplace": lambda *b: softplus_backward_inplace(
+            x, jnp.array(g, copy=True), *b
+        ),
+    }
+
+
+BETAS = {
+    "default": (),
+    "python float": (1.7,),
+    "device float32": (jnp.float32(1.7),),
+    "device int32": (jnp.int32(2),),
+    "device bfloat16": (jnp.asarray(1.7, jnp.bfloat16),),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("beta", BETAS, ids=str)
+def test_eager_calls_make_no_implicit_transfer(dtype, beta):
+    for name, call in _entry_points(dtype).items():
+        want = np.asarray(call(*BETAS[beta]))  # also warms the caches up
+        with jax.transfer_guard("disallow"):
+            # Failed with "Disallowed host-to-device transfer" when the
+            # checked beta went to every call as a host scalar.
+            got = call(*BETAS[beta]).block_until_ready()
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=name)
+        # As with a host scalar: an uncommitted operand, an uncommitted result
+        # (a device beta committed to the data's device would commit it).
+        assert not got.committed, name
+
+
+def test_committed_data_gives_committed_results():
+    x = jax.device_put(X, jax.devices()[0])
+    g = jax.device_put(G, jax.devices()[0])
+    assert softplus(x).committed
+    assert softplus_backward(x, g, 1.3).committed
+    assert softplus_backward_inplace(x, g, jnp.float32(1.3)).committed
+
+
+def test_a_new_beta_value_is_placed_explicitly():
+    # First sight of a value: the read-back of a device beta and the copy
+    # of a Python float to the device are explicit transfers, which
+    # "disallow" allows (it refuses only implicit ones).
+    x, beta = jnp.asarray(X), jnp.float32(2.345)
+    with jax.transfer_guard("disallow"):
+        a = softplus(x, 1.2345)
+        b = softplus(x, beta)
+    np.testing.assert_array_equal(a, softplus(X, 1.2345))
+    np.testing.assert_array_equal(b, softplus(X, 2.345))
+
+
+def test_a_subnormal_device_beta_is_passed_as_zero():
+    # The check flushes it to 0, as XLA does on the CPU; a GPU keeps
+    # subnormals, so there the device array itself would give other bits.
+    x, g, tiny = jnp.asarray(X), jnp.asarray(G), jnp.float32(1e-40)
+    checked, _ = _validate.beta(tiny, x.dtype, forward=False)
+    placed = _sharding.place_beta(tiny, checked, x)
+    assert placed is not tiny and placed == 0
+    with jax.transfer_guard("disallow"):
+        out = softplus_backward(x, g, tiny)
+    np.testing.assert_array_equal(out, 0.5 * G)
+
+
+def test_a_zero_d_diff_dst_passed_as_beta_too():
+    # Donated and read as beta by one call: the runtime refuses that, so
+    # beta must be a copy of the value, not diff_dst's buffer.
+    g = jnp.float32(0.75)
+    out = softplus_backward_inplace(jnp.float32(1.0), g, g)
+    assert g.is_deleted()
+    np.testing.assert_allclose(out, 0.75 / (1 + np.exp(-0.75)), rtol=1e-6)
+
+
+def test_a_device_beta_can_still_be_donated():
+    # Reading beta back must leave no NumPy view on it (JAX 0.11 keeps one
+    # from jax.device_get on the CPU), or a later jit could not donate it.
+    beta = jnp.array(1.3, jnp.float32) * 1  # a buffer of its own
+    softplus(jnp.asarray(X), beta)
+    jax.jit(lambda b: b * 2, donate_argnums=0)(beta)
+    assert beta.is_deleted()
