@@ -114,8 +114,9 @@ def _torch_methods(src, dd, beta):
         jnp.bfloat16: torch.bfloat16,
         jnp.float16: torch.float16,
     }[src.dtype.type]
-    ts = torch.from_numpy(np.asarray(src.astype(jnp.float32))).to(tdt)
-    td = torch.from_numpy(np.asarray(dd.astype(jnp.float32))).to(tdt)
+    # Writable host copies: PyTorch warns about read-only NumPy arrays.
+    ts = torch.from_numpy(np.array(src.astype(jnp.float32))).to(tdt)
+    td = torch.from_numpy(np.array(dd.astype(jnp.float32))).to(tdt)
     out = torch.empty_like(td)
     op = torch.ops.aten.softplus_backward
     return {
