@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU check, sized to finish within 5 minutes on one H200:
 #   1. the GPU benchmark (copy bandwidth, donated a*b, the in-place op);
-#   2. the test suite's numerics, autodiff, vmap and donation files on GPU.
+#   2. the test suite's numerics, autodiff, vmap, donation and transfer files
+#      on GPU.
 # Run from the repository root. The package is pure Python: no install.
 #   bash benchmarks/gpu.sh [OUT_DIR]
 set -uo pipefail
@@ -19,4 +20,5 @@ timeout 150 python3 benchmarks/gpu_bench.py --json "$out/gpu_bench.json" \
 timeout 120 python3 -m pytest -q -x -p no:cacheprovider \
     tests/test_backward.py tests/test_forward.py tests/test_autodiff.py \
     tests/test_vmap.py tests/test_donation.py tests/test_lowering.py \
+    tests/test_transfers.py \
     2>&1 | tail -n 30 | tee "$out/gpu_tests.txt"
