@@ -54,8 +54,8 @@ def test_eager_calls_make_no_implicit_transfer(dtype, beta):
             # checked beta went to every call as a host scalar.
             got = call(*BETAS[beta]).block_until_ready()
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=name)
-        # As with a host scalar: an uncommitted operand, an uncommitted result
-        # (a device beta committed to the data's device would commit it).
+        # Uncommitted data, uncommitted result, as with a host scalar (a
+        # committed copy of beta on the data's device made it committed).
         assert not got.committed, name
 
 
