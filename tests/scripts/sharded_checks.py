@@ -266,7 +266,6 @@ for src_spec, dd_spec in ((("data", "model"), ()), ((), ("data", "model")),
 # which refuses implicit transfers, a sharded call, and a call on one device
 # with beta committed to another, give the unguarded results.
 on3 = jax.device_put(np.asarray(x), jax.devices()[3])
-g3 = jax.device_put(np.asarray(g), jax.devices()[3])
 beta5 = jax.device_put(jnp.float32(1.3), jax.devices()[5])
 beta_rep8 = jax.device_put(jnp.float32(1.3), NamedSharding(mesh, P()))
 TRANSFER_CASES = {
