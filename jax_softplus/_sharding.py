@@ -126,14 +126,14 @@ def _scalar_sharding(sharding: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _placed(value: float, dtype: np.dtype, sharding: Any, committed: bool) -> jax.Array:
+def _placed(value: float, dtype: np.dtype, sharding: Any) -> jax.Array:
     host = np.asarray(value, dtype)
-    if committed:
-        return jax.device_put(host, sharding)
-    # An uncommitted operand keeps the result uncommitted, as a host scalar
-    # did (JAX moves uncommitted arrays to meet committed ones).
-    with jax.default_device(next(iter(sharding.device_set))):
-        return jax.device_put(host)
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        # Uncommitted, as a host scalar is: the result is then committed to
+        # the device only if the data is.
+        with jax.default_device(next(iter(sharding.device_set))):
+            return jax.device_put(host)
+    return jax.device_put(host, sharding)
 
 
 def place_beta(given: Any, checked: np.ndarray, data: jax.Array) -> Any:
@@ -144,8 +144,8 @@ def place_beta(given: Any, checked: np.ndarray, data: jax.Array) -> Any:
     pass when their scalar is on the device. So `given` itself is passed
     when it is a device array of the checked dtype beside the data (and not
     a subnormal that the check flushed to 0); any other beta is copied there
-    once per value, explicitly, and kept, committed to a device only if the
-    data is. `checked` comes back only for data whose layout names no mesh.
+    once per value, explicitly, and kept. `checked` comes back only for data
+    whose layout names no mesh.
     """
     sharding = _scalar_sharding(data.sharding)
     if sharding is None:
@@ -157,4 +157,4 @@ def place_beta(given: Any, checked: np.ndarray, data: jax.Array) -> Any:
         and checked != 0
     ):
         return given
-    return _placed(float(checked), checked.dtype, sharding, data.committed)
+    return _placed(float(checked), checked.dtype, sharding)

@@ -59,14 +59,6 @@ def test_eager_calls_make_no_implicit_transfer(dtype, beta):
         assert not got.committed, name
 
 
-def test_committed_data_gives_committed_results():
-    x = jax.device_put(X, jax.devices()[0])
-    g = jax.device_put(G, jax.devices()[0])
-    assert softplus(x).committed
-    assert softplus_backward(x, g, 1.3).committed
-    assert softplus_backward_inplace(x, g, jnp.float32(1.3)).committed
-
-
 def test_a_new_beta_value_is_placed_explicitly():
     # First sight of a value: the read-back of a device beta and the copy
     # of a Python float to the device are explicit transfers, which
