@@ -11,9 +11,11 @@ from hypothesis.extra import numpy as hnp
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 
+# derandomize: every run draws the same examples, so a failure replays.
 SETTINGS = settings(
     max_examples=40,
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -163,7 +165,9 @@ def _ulp(x, dtype):
 def test_softplus_reflection_identity(case):
     # softplus(x) - softplus(-x) == x, within the rounding of both terms.
     x, beta = case
-    finite = np.isfinite(f64(x)) & (np.abs(f64(x)) < 1e30)
+    # Subnormal x is left out: the CPU flushes it to 0 inside the kernel.
+    mag = np.abs(f64(x))
+    finite = (mag < 1e30) & ((mag >= jnp.finfo(x.dtype).tiny) | (mag == 0))
     x = jnp.where(jnp.asarray(finite), x, jnp.zeros((), x.dtype))
     a, b = f64(softplus(x, beta)), f64(softplus(-x, beta))
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
