@@ -7,10 +7,12 @@ primitive; `softplus_backward_inplace` donates `diff_dst` under `jax.jit`.
 """
 
 from jax_softplus._backward import softplus_backward, softplus_backward_inplace
+from jax_softplus._dispatch import TUNED_CPU_OPTIONS
 from jax_softplus._primitive import softplus_backward_p
 from jax_softplus._softplus import softplus
 
 __all__ = [
+    "TUNED_CPU_OPTIONS",
     "softplus",
     "softplus_backward",
     "softplus_backward_inplace",

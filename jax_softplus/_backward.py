@@ -1,16 +1,11 @@
-"""Public wrappers around the primitive: validate, then bind."""
+"""The backward ops' public functions: validate, then dispatch."""
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 import jax
+from jax.typing import ArrayLike
 
-from jax_softplus import _compat, _sharding, _validate
-from jax_softplus._primitive import bind, compiled, own_jit
-
-ArrayLike = Any
+from jax_softplus import _dispatch, _validate
 
 
 def softplus_backward(
@@ -55,58 +50,14 @@ def softplus_backward(
       >>> softplus_backward(jnp.array([-1.0, 0.0, 2.0]), jnp.ones(3), beta=2.0)
       Array([0.11920292, 0.5       , 0.98201376], dtype=float32)
     """
-    args, hints = _validated(src, diff_dst, beta)
-    if _compat.eager(*args):
-        # Straight to the compiled kernel that bind would reach through the
-        # primitive's dispatch (same bits, about 20 us less per call).
-        src, diff_dst, checked = args
-        beta = _sharding.place_beta(beta, checked, diff_dst)
-        return compiled(src, diff_dst, beta, **hints._asdict())
-    return bind(*args, **hints._asdict())
+    return _dispatch.backward_call(*_validated(src, diff_dst, beta))
 
 
 def _validated(src, diff_dst, beta):
-    src, diff_dst = _validate.operand_pair(src, diff_dst)
-    beta, hints = _validate.beta(beta, src.dtype, forward=False)
-    return (src, diff_dst, beta), hints
-
-
-def _inplace(src, diff_dst, beta, hints, layout=None):
-    out = bind(src, diff_dst, beta, **hints._asdict())
-    if layout is not None:
-        # The result must be laid out as diff_dst for XLA to reuse its buffer;
-        # left to itself it may follow src's sharding and allocate.
-        out = _sharding.constrain(out, layout)
-    return out
-
-
-# beta stays a traced argument; only the static hints about a concrete beta
-# (a power of two: no error-free product, about 15% faster in float32; or an
-# extreme value) pick between at most four compilations per shape, with the
-# same bits.
-_inplace_jit = own_jit(
-    _inplace, donate_argnames=("diff_dst",), static_argnames=("hints", "layout")
-)
-
-
-def _layout(src, diff_dst):
-    """diff_dst's sharding where src is laid out otherwise, else None."""
-    mine, theirs = diff_dst.sharding, src.sharding
-    if mine == theirs or mine.is_equivalent_to(theirs, diff_dst.ndim):
-        return None
-    return mine
-
-
-def _inplace_self(diff_dst, beta, hints):
-    return _inplace(diff_dst, diff_dst, beta, hints)
-
-
-# One array as both operands: the runtime refuses to donate a buffer that the
-# same call also reads as another argument, so the kernel reads its one
-# (donated) argument twice. Still in place: each element is read, then written.
-_inplace_self_jit = own_jit(
-    _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints",)
-)
+    """(src, diff_dst, beta as given, beta checked, hints)."""
+    src, diff_dst = _validate.check_operands(src, diff_dst)
+    checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
+    return src, diff_dst, beta, checked, hints
 
 
 def softplus_backward_inplace(
@@ -152,38 +103,12 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    args, hints = _validated(src, diff_dst, beta)
-    if not _compat.eager(*args):
-        # Under an outer jit/vmap/grad (closed-over arrays included) there is
-        # no buffer to donate: the outer computation owns its buffers (donate
-        # its arguments instead).
-        return bind(*args, **hints._asdict())
-    src, diff_dst, checked = args
-    # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
-    beta = _sharding.place_beta(None if beta is diff_dst else beta, checked, diff_dst)
-    if src is diff_dst:
-        out = _inplace_self_jit(diff_dst, beta, hints=hints)
-    else:
-        out = _inplace_jit(
-            src, diff_dst, beta, hints=hints, layout=_layout(src, diff_dst)
-        )
-    if not (diff_dst.is_deleted() or jax.config.jax_disable_jit):
-        # The runtime declines, silently, to donate a buffer that something
-        # else still references, such as a NumPy view from np.asarray.
-        # (Under disable_jit nothing is donated, as documented.)
-        warnings.warn(
-            "softplus_backward_inplace could not donate diff_dst: its buffer "
-            "is still referenced elsewhere (a NumPy view from np.asarray, for "
-            "one), so the result is a new array and diff_dst is unchanged.",
-            stacklevel=2,
-        )
-    return out
+    return _dispatch.inplace_call(*_validated(src, diff_dst, beta))
 
 
 def _lower(src, diff_dst, beta=1.0):
-    args, hints = _validated(src, diff_dst, beta)
-    return _inplace_jit.lower(*args, hints=hints, layout=_layout(*args[:2]))
+    """Lower for any beta: the executable takes beta as an argument."""
+    return _dispatch.inplace_lower(*_validated(src, diff_dst, beta)[:4])
 
 
 softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]
-softplus_backward_inplace._cache_size = _inplace_jit._cache_size  # type: ignore[attr-defined]

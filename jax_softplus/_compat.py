@@ -6,6 +6,7 @@ Tested: jax 0.8.2 and 0.10.2 (Python 3.11), 0.11.2 and 0.12.0.1 (Python
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -13,12 +14,18 @@ import jax
 from jax.interpreters import batching
 
 try:  # no public equivalent; present from JAX 0.4 to 0.12 at least
-    from jax._src.core import trace_state_clean as _trace_state_clean
+    from jax._src.core import trace_state_clean
 except ImportError:  # pragma: no cover - future JAX
 
-    def _trace_state_clean() -> bool:
+    def trace_state_clean() -> bool:
         return False  # always the traced path: correct, only slower eagerly
 
+
+# The impl of JAX's own primitives: compile the one primitive, run it with jit
+# re-enabled (disable_jit reaches it op by op), and report a NaN or inf under
+# debug_nans/debug_infs as a FloatingPointError naming the primitive instead
+# of re-running it. Private, but the only way to get that behaviour.
+from jax._src.dispatch import apply_primitive  # noqa: E402, F401
 
 # `jax.core` is a legacy module whose exports JAX keeps trimming; if `Tracer`
 # leaves it, the private class is the fallback.
@@ -30,20 +37,6 @@ if _Tracer is None:  # pragma: no cover - future JAX
 def is_tracer(value: Any) -> bool:
     """Whether `value` is a tracer (abstract under jit/vmap/grad)."""
     return isinstance(value, _Tracer)
-
-
-def eager(*values: Any) -> bool:
-    """Whether a call on `values` runs at the top level, outside any trace.
-
-    Arrays that a function being traced by `jit`, `scan` or `cond` closes
-    over are concrete, not tracers, yet the call belongs to that trace: the
-    library's own top-level jits (with their compiler options, or donation)
-    must not run there.
-    """
-    for value in values:
-        if isinstance(value, _Tracer):
-            return False
-    return _trace_state_clean()
 
 
 def register_batching_rule(prim: Any, rule: Callable) -> None:
@@ -88,3 +81,20 @@ def varying_axes(aval: Any) -> frozenset:
     if mat is not None:
         return frozenset(mat.varying)
     return frozenset(getattr(aval, "vma", ()))
+
+
+def register_nan_check(prim: Any) -> None:
+    """Make `checkify`'s float checks report a NaN in `prim`'s output.
+
+    `checkify` checks only the primitives in its own table; the rule is the
+    one that JAX's elementwise primitives (`lax.mul_p`, `lax.div_p`...) use.
+    Without the private table (a future JAX), the op is unchecked, as before.
+    """
+    try:
+        from jax._src import checkify
+    except ImportError:  # pragma: no cover - future JAX
+        return
+    table = getattr(checkify, "error_checks", None)
+    rule = getattr(checkify, "nan_error_check", None)
+    if table is not None and rule is not None:
+        table[prim] = functools.partial(rule, prim)

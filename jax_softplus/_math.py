@@ -449,3 +449,53 @@ def softplus_f64(x, beta):
     t = beta * x
     part = lax.log1p(lax.exp(-lax.abs(t))) / beta
     return lax.select(t > 0, x + part, part)
+
+
+# The kernels by dtype ---------------------------------------------------------
+# The one place that chooses the arithmetic for each data dtype, for both
+# directions. `hints` is a `BetaHints`: what a concrete beta lets the float32
+# kernels skip, never changing a bit.
+
+
+def backward_kernel(src, dd, beta, hints, *, cpu):
+    """dd * sigmoid(beta * src) in the data's dtype (the primitive's lowering).
+
+    On CPUs every NaN of the bfloat16 kernel has its low 16 bits clear once
+    beta's is (`canonical_nan`), so the final rounding needs no NaN select:
+    about 5% of the bfloat16 loop.
+    """
+    dtype = src.dtype
+    if dtype == np.float64:
+        return sigmoid_times_f64(src, dd, beta)
+    if dtype == np.float32:
+        return sigmoid_times_f32(
+            src,
+            dd,
+            beta,
+            compensate=not hints.beta_exact,
+            balance=not hints.beta_moderate,
+        )
+    if dtype == np.float16:
+        kernel = sigmoid_times_f16
+    else:
+        kernel = sigmoid_times_bf16
+        beta = canonical_nan(beta) if cpu else beta
+    out = kernel(to_f32(src), to_f32(dd), beta)
+    return from_f32(out, dtype, nan_low_bits_clear=cpu)
+
+
+def softplus_kernel(x, beta, hints):
+    """(1/beta) log(1 + exp(beta x)) in the data's dtype (the forward op)."""
+    # A Python-float beta in a user's jit is a compile-time constant, and XLA
+    # rewrites a division by a constant into a multiplication by its rounded
+    # reciprocal: a second rounding (2.16 instead of 1.69 ulp at beta = 0.1)
+    # and other bits than an eager call. The barrier keeps beta opaque.
+    beta = lax.optimization_barrier(beta)
+    if x.dtype == np.float64:
+        return softplus_f64(x, beta)
+    balance = not hints.beta_moderate
+    if x.dtype == np.float32:
+        compensate = not hints.beta_exact
+        return softplus_f32(x, beta, compensate=compensate, balance=balance)
+    y = softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
+    return from_f32(y, x.dtype)

@@ -1,5 +1,5 @@
 """Where the operands live: one mesh type for an elementwise op, as JAX's own
-ops give, and a concrete beta placed beside the data for eager calls.
+ops give.
 
 Inside `shard_map` values are typed with the mesh axes they vary over; over
 explicit mesh axes, with their sharding. `bind` matches its operands' types
@@ -9,11 +9,9 @@ replicated operand's cotangent is summed over the mesh.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
-import numpy as np
 
 from jax_softplus import _compat
 
@@ -109,52 +107,3 @@ def constrain(x: Any, sharding: Any) -> Any:
     if any(t == jax.sharding.AxisType.Explicit for t in axis_types):
         return jax.sharding.reshard(x, sharding)
     return jax.lax.with_sharding_constraint(x, sharding)
-
-
-def _scalar_sharding(sharding: Any) -> Any:
-    """Where a scalar operand of an op on data laid out as `sharding` goes:
-    the same device, or replicated over the same mesh; None otherwise."""
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        return sharding
-    if isinstance(sharding, jax.sharding.NamedSharding):
-        return jax.sharding.NamedSharding(
-            sharding.mesh,
-            jax.sharding.PartitionSpec(),
-            memory_kind=sharding.memory_kind,
-        )
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _placed(value: float, dtype: np.dtype, sharding: Any) -> jax.Array:
-    host = np.asarray(value, dtype)
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        # Uncommitted, as a host scalar is: the result is then committed to
-        # the device only if the data is.
-        with jax.default_device(next(iter(sharding.device_set))):
-            return jax.device_put(host)
-    return jax.device_put(host, sharding)
-
-
-def place_beta(given: Any, checked: np.ndarray, data: jax.Array) -> Any:
-    """The validated beta of an eager call, as an array where `data` lives.
-
-    A host scalar would be copied to the device on every call: about 2 us,
-    and an error under `jax.transfer_guard("disallow")`, which JAX's own ops
-    pass when their scalar is on the device. So `given` itself is passed
-    when it is a device array of the checked dtype beside the data (and not
-    a subnormal that the check flushed to 0); any other beta is copied there
-    once per value, explicitly, and kept. `checked` comes back only for data
-    whose layout names no mesh.
-    """
-    sharding = _scalar_sharding(data.sharding)
-    if sharding is None:
-        return checked
-    if (
-        isinstance(given, jax.Array)
-        and given.dtype == checked.dtype
-        and given.sharding == sharding
-        and checked != 0
-    ):
-        return given
-    return _placed(float(checked), checked.dtype, sharding)

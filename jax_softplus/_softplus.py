@@ -3,42 +3,17 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 from jax.custom_derivatives import SymbolicZero
+from jax.typing import ArrayLike
 
-from jax_softplus import _compat, _math, _sharding, _validate
-from jax_softplus._math import from_f32, to_f32
-from jax_softplus._primitive import bind, own_jit
+from jax_softplus import _dispatch, _math, _sharding, _validate
+from jax_softplus._primitive import bind
 
-ArrayLike = Any
-
-
-@partial(jax.jit, static_argnames=("hints",))
-def _softplus_kernel(x, beta, *, hints):
-    # A Python-float beta in a user's jit is a compile-time constant, and XLA
-    # rewrites a division by a constant into a multiplication by its rounded
-    # reciprocal: a second rounding (2.16 instead of 1.69 ulp at beta = 0.1)
-    # and other bits than an eager call. The barrier keeps beta opaque.
-    beta = lax.optimization_barrier(beta)
-    if x.dtype == np.float64:
-        return _math.softplus_f64(x, beta)
-    balance = not hints.beta_moderate
-    if x.dtype == np.float32:
-        compensate = not hints.beta_exact
-        return _math.softplus_f32(x, beta, compensate=compensate, balance=balance)
-    y = _math.softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
-    return from_f32(y, x.dtype)
-
-
-# Eager calls have nothing to differentiate: they run the kernel as a
-# top-level jit (wide CPU vectors, one C++ dispatch) instead of evaluating the
-# custom_vjp and custom_jvp wrappers (about 0.35 ms of Python at 1K elements).
-_softplus_eager = own_jit(_softplus_kernel, static_argnames=("hints",))
+# Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
+_softplus_kernel = jax.jit(_math.softplus_kernel, static_argnames=("hints",))
 
 
 def _dbeta(hints, x, beta):
@@ -48,7 +23,7 @@ def _dbeta(hints, x, beta):
     does not enter the difference.
     """
     x = x.astype(beta.dtype)
-    x_sigmoid = bind(x, x, beta, **hints._asdict())
+    x_sigmoid = bind(x, x, beta, hints)
     return (x_sigmoid - _softplus_value(hints, x, beta)) / beta
 
 
@@ -66,7 +41,7 @@ def _softplus_value_jvp(hints, primals, tangents):
     y = _softplus_value(hints, x, beta)
     terms = []
     if type(x_dot) is not SymbolicZero:
-        terms.append(bind(x, x_dot, beta, **hints._asdict()))
+        terms.append(bind(x, x_dot, beta, hints))
     if type(beta_dot) is not SymbolicZero:
         terms.append((_dbeta(hints, x, beta) * beta_dot).astype(y.dtype))
     y_dot = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
@@ -91,7 +66,7 @@ def _softplus_bwd(hints, res, g):
     x, beta, beta_perturbed = res
     if type(g) is SymbolicZero:
         return None, None
-    dx = bind(x, g, beta, **hints._asdict())
+    dx = bind(x, g, beta, hints)
     if beta_perturbed is None:
         return dx, None
     return dx, jnp.sum(g.astype(beta.dtype) * _dbeta(hints, x, beta))
@@ -136,11 +111,12 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       >>> jax.grad(lambda x: softplus(x, 2.0))(0.0)
       Array(0.5, dtype=float32)
     """
-    x = _validate.operand("x", x)
-    checked, hints = _validate.beta(beta, x.dtype, forward=True)
-    if _compat.eager(x, checked):
-        return _softplus_eager(x, _sharding.place_beta(beta, checked, x), hints=hints)
-    beta = checked
+    x = _validate.check_operand("x", x)
+    checked, hints = _validate.check_beta(beta, x.dtype, forward=True)
+    return _dispatch.forward_call(x, beta, checked, hints, _traced)
+
+
+def _traced(x, beta, hints):
     # Matched outside the custom_vjp, so that the cast's transpose sums the
     # cotangent of an operand replicated over shard_map's mesh.
     x, beta = _sharding.match_varying(x, beta)

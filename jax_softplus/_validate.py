@@ -55,13 +55,7 @@ def _dtype_of(name: str, value: Any) -> np.dtype:
     elif isinstance(value, (np.ndarray, np.generic)):
         dtype = value.dtype
     elif isinstance(value, (list, tuple)):
-        try:
-            dtype = np.asarray(value).dtype
-        except ValueError as err:  # ragged nesting
-            raise ValueError(
-                f"{name} is a nested sequence that is not rectangular ({err}); "
-                "pass an array."
-            ) from None
+        dtype = _sequence_dtype(name, value)
     else:
         raise TypeError(
             f"{name} must be an array of dtype {_accepted()}, got "
@@ -77,7 +71,27 @@ def _dtype_of(name: str, value: Any) -> np.dtype:
     return jax.dtypes.canonicalize_dtype(dtype)
 
 
-def operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.Array:
+def _sequence_dtype(name: str, value: list | tuple) -> np.dtype:
+    """The dtype of a (nested) list or tuple, or an error naming `name`."""
+    try:
+        return np.asarray(value).dtype
+    except ValueError as err:  # ragged nesting
+        raise ValueError(
+            f"{name} is a nested sequence that is not rectangular ({err}); "
+            "pass an array."
+        ) from None
+    except TypeError:  # NumPy cannot hold some JAX elements (bfloat16 arrays)
+        pass
+    try:
+        return jnp.asarray(value).dtype
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"{name} is a {type(value).__name__} that does not convert to one "
+            f"array ({err}); pass an array of dtype {_accepted()}."
+        ) from None
+
+
+def check_operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.Array:
     """Check one data operand and return it as a JAX array.
 
     A Python float takes `dtype` (the other operand's), else the default
@@ -92,14 +106,14 @@ def operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.Array:
     return jnp.asarray(value, dtype)
 
 
-def operand_pair(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array]:
+def check_operands(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array]:
     """Check `src` and `diff_dst`: one float dtype, one shape."""
     if _is_python_scalar(src) and not _is_python_scalar(diff_dst):
-        diff_dst = operand("diff_dst", diff_dst)
-        src = operand("src", src, diff_dst.dtype)
+        diff_dst = check_operand("diff_dst", diff_dst)
+        src = check_operand("src", src, diff_dst.dtype)
     else:
-        src = operand("src", src)
-        diff_dst = operand("diff_dst", diff_dst, src.dtype)
+        src = check_operand("src", src)
+        diff_dst = check_operand("diff_dst", diff_dst, src.dtype)
     if src.dtype != diff_dst.dtype:
         raise TypeError(
             f"src and diff_dst must have one dtype, got src {src.dtype} and "
@@ -132,7 +146,7 @@ class BetaHints(NamedTuple):
     beta_moderate: bool = False
 
 
-def beta(
+def check_beta(
     value: Any, data_dtype: np.dtype, *, forward: bool
 ) -> tuple[jax.Array | np.ndarray, BetaHints]:
     """Check `beta` and return it as a 0-d array (NumPy if concrete) of the

@@ -29,8 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
-from jax_softplus._primitive import _WIDE_VECTORS
+from jax_softplus import (
+    TUNED_CPU_OPTIONS,
+    softplus,
+    softplus_backward,
+    softplus_backward_inplace,
+)
 
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
 _DTYPE_ALIASES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -47,17 +51,6 @@ class Row:
     ratio: float  # median of per-round ratios to the floor of the same mode
     gbps: float  # (2 reads + 1 write) / median time
     spread: float  # (p90 - p10) / median of the method's times
-
-
-# XLA:CPU compiler options a user can pass to their own `jax.jit`
-# (`compiler_options=`). Region analysis lets copy insertion order a donated
-# input's last reader before the op that overwrites it, instead of copying the
-# input into a temporary; 512-bit vectors are what the library's own jits use.
-# Both are XLA debug options: not a stable API.
-TUNED_CPU_OPTIONS = {
-    "xla_cpu_copy_insertion_use_region_analysis": True,
-    **_WIDE_VECTORS,
-}
 
 
 def _naive(src, dd, beta):

@@ -16,7 +16,12 @@ from helpers import (
     random_src,
 )
 
-from jax_softplus import softplus_backward, softplus_backward_inplace
+from jax_softplus import (
+    _dispatch,
+    _validate,
+    softplus_backward,
+    softplus_backward_inplace,
+)
 
 N = 20_000
 
@@ -175,16 +180,42 @@ def test_static_hints_change_no_bits(beta):
         )
 
 
-def test_inplace_takes_the_static_shortcuts():
-    # beta stays a traced argument of the donating jit, but a power of two
-    # compiles without the error-free product (its 0xfffff000 split mask),
-    # and a moderate beta without the rebalancing (its 2**64 constant).
+def test_eager_calls_take_the_static_shortcuts():
+    # beta stays a traced argument of the library's own jits, but for an
+    # eager call a power of two compiles without the error-free product (its
+    # 0xfffff000 split mask), and a moderate beta without the rebalancing
+    # (its 2**64 constant).
     x = jnp.ones(256)
     exact, inexact, extreme = (
-        softplus_backward_inplace.lower(x, x, b).as_text() for b in (1.0, 1.7, 3e38)
+        _dispatch.backward.lower(
+            x, x, 1.0, hints=_validate.check_beta(b, x.dtype, forward=False)[1]
+        ).as_text()
+        for b in (1.0, 1.7, 3e38)
     )
     assert "-4096" in inexact and "-4096" not in exact
     assert "1.84467441E+19" in extreme and "1.84467441E+19" not in inexact
+
+
+@pytest.mark.parametrize("beta", [1.0, 2.0, 1.7])
+def test_a_lowered_inplace_op_serves_every_beta(beta):
+    # What is handed to a user is compiled without hints: lowered at a power
+    # of two, a moderate beta or any other, it keeps the error-free product
+    # and the rebalancing, and stays within the bound when called with
+    # another beta (it was ~120 ulp off with hints from the lowering beta).
+    x = jnp.linspace(-30.0, 30.0, 4096, dtype=jnp.float32)
+    text = softplus_backward_inplace.lower(x, x, beta).as_text()
+    assert "-4096" in text and "1.84467441E+19" in text
+    compiled = softplus_backward_inplace.lower(x, jnp.ones_like(x), beta).compile()
+    tiny = np.finfo(np.float32).tiny
+    for other in (1.7, 3e38, -2.5, 2.0**-70):
+        src = (np.linspace(-30.0, 30.0, 4096) / other).astype(np.float32)
+        src = jnp.asarray(np.where(np.abs(src) < tiny, 0, src))  # the CPU flushes
+        got = compiled(src, jnp.ones_like(src), np.float32(other))
+        ref = backward_ref(src, np.ones(4096, np.float32), other)
+        assert max_ulp(got, ref, jnp.float32) <= ULP_BOUND[np.dtype(jnp.float32)]
+        np.testing.assert_array_equal(
+            got, softplus_backward(src, jnp.ones_like(src), other)
+        )
 
 
 def test_numpy_and_python_inputs_are_converted():

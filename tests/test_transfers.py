@@ -12,7 +12,7 @@ import pytest
 from helpers import DTYPES
 
 from jax_softplus import (
-    _sharding,
+    _dispatch,
     _validate,
     softplus,
     softplus_backward,
@@ -75,8 +75,8 @@ def test_a_subnormal_device_beta_is_passed_as_zero():
     # The check flushes it to 0, as XLA does on the CPU; a GPU keeps
     # subnormals, so there the device array itself would give other bits.
     x, g, tiny = jnp.asarray(X), jnp.asarray(G), jnp.float32(1e-40)
-    checked, _ = _validate.beta(tiny, x.dtype, forward=False)
-    placed = _sharding.place_beta(tiny, checked, x)
+    checked, _ = _validate.check_beta(tiny, x.dtype, forward=False)
+    placed = _dispatch.place_beta(tiny, checked, x)
     assert placed is not tiny and placed == 0
     with jax.transfer_guard("disallow"):
         out = softplus_backward(x, g, tiny)

@@ -137,9 +137,7 @@ for name, (body, in_specs, out_specs, args) in CASES.items():
 
 
 def direct_bind(a, b):
-    return softplus_backward_p.bind(
-        a, b, jnp.float32(1.0), beta_exact=False, beta_moderate=False
-    )
+    return softplus_backward_p.bind(a, b, jnp.float32(1.0))
 
 
 try:
