@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jax_softplus import _dispatch, _validate
+from jax_softplus import _compat, _dispatch, _validate
 
 
 def softplus_backward(
@@ -103,7 +104,13 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    return _dispatch.inplace_call(*_validated(src, diff_dst, beta))
+    given = diff_dst
+    src, diff_dst, beta, checked, hints = _validated(src, diff_dst, beta)
+    if not isinstance(given, jax.Array) and not _compat.is_tracer(diff_dst):
+        # On the CPU, jnp.asarray may share a NumPy array's memory, which the
+        # runtime will not donate: the copy to donate must be a buffer of its own.
+        diff_dst = jnp.array(diff_dst, copy=True)
+    return _dispatch.inplace_call(src, diff_dst, beta, checked, hints)
 
 
 def _lower(src, diff_dst, beta=1.0):

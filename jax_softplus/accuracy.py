@@ -26,8 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
+from jax_softplus.bench import (
+    DTYPES,  # noqa: E402
+    parse_dtype,
+)
 
-DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
 BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
 
 
@@ -393,16 +396,16 @@ def main(argv=None):
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--markdown", metavar="PATH", help="write the summary table")
     args = p.parse_args(argv)
+    try:
+        dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
+        betas = [float(b) for b in args.betas.split(",") if b.strip()]
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        p.error(str(err))
 
     def log(msg):
         print(f"\r{msg:70}", end="", file=sys.stderr, flush=True)
 
-    results = measure(
-        n=args.n,
-        dtypes=[d.strip() for d in args.dtypes.split(",") if d.strip()],
-        betas=[float(b) for b in args.betas.split(",") if b],
-        log=log,
-    )
+    results = measure(n=args.n, dtypes=dtypes, betas=betas, log=log)
     print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
     print_table(results)
     spot = None

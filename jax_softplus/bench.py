@@ -358,7 +358,7 @@ def _parse_size(text):
     return n
 
 
-def _parse_dtype(text):
+def parse_dtype(text):
     """'f32' or 'float32' (and so on) to the short name used in the table."""
     name = text.strip().lower()
     name = _DTYPE_ALIASES.get(name, name)
@@ -485,7 +485,7 @@ def main(argv=None):
 
     try:
         sizes = [_parse_size(s) for s in args.sizes.split(",") if s.strip()]
-        dtypes = [_parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
+        dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
         betas = [float(b) for b in args.betas.split(",") if b.strip()]
         scaling = [_parse_size(s) for s in (args.scaling or "").split(",") if s]
     except (ValueError, argparse.ArgumentTypeError) as err:

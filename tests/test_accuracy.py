@@ -79,3 +79,12 @@ def test_ulp_error_ignores_subnormal_and_infinite_references():
     got = np.array([1.0 + 2**-23, 0.0, np.inf, np.nan, 2.0])
     err = accuracy.ulp_error(got.astype(np.float32), ref, np.float32)
     np.testing.assert_allclose(err, [1.0, 0.0])
+
+
+def test_the_cli_takes_the_long_dtype_names(capsys):
+    # `--dtypes float32` ended in a bare KeyError; the bench accepted it.
+    accuracy.main(["-n", "500", "--dtypes", "float32", "--betas", "1.0", "--no-mpmath"])
+    assert "jax_softplus" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        accuracy.main(["--dtypes", "int8"])
+    assert "unknown dtype 'int8'" in capsys.readouterr().err

@@ -39,7 +39,7 @@ def test_sizes_parse():
 
 
 def test_dtype_names_long_and_short():
-    assert [bench._parse_dtype(d) for d in ("float32", "BF16", " f16")] == [
+    assert [bench.parse_dtype(d) for d in ("float32", "BF16", " f16")] == [
         "f32",
         "bf16",
         "f16",

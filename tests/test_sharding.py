@@ -107,3 +107,11 @@ def test_eager_calls_make_no_implicit_transfer(facts):
 def test_data_parallel_training_reduces_the_loss(facts):
     first, last = facts["losses"]
     assert last < 0.5 * first
+
+
+def test_inplace_accepts_what_the_plain_op_accepts(facts):
+    # Same bits, the plain op's layout, diff_dst deleted, no warning; an
+    # uncommitted diff_dst follows a committed src (moved, then donated).
+    cases = facts["inplace_placement"]
+    assert len(cases) >= 7, cases
+    assert all(v == "ok" for v in cases.values()), cases

@@ -304,6 +304,52 @@ params = jax.device_put(
 )
 
 
+# In place accepts every pair that the plain op accepts (issue #14, item 5):
+# an uncommitted diff_dst (a NumPy array, jnp.ones) with a src committed to
+# another device or sharded raised a ValueError from a sharding constraint.
+def _placement_cases():
+    dev1 = jax.devices()[1]
+    line8 = NamedSharding(Mesh(np.array(jax.devices()), ("d",)), P("d"))
+    srcs = {
+        "src on device 1": jax.device_put(jnp.linspace(-4, 4, 16), dev1),
+        "src sharded": jax.device_put(jnp.linspace(-4, 4, 16), line8),
+        "src uncommitted": jnp.linspace(-4, 4, 16),
+    }
+    dds = {
+        "diff_dst numpy": lambda: np.linspace(1, 2, 16, dtype=np.float32),
+        "diff_dst uncommitted": lambda: jnp.linspace(1, 2, 16),
+        "diff_dst on device 1": lambda: jax.device_put(jnp.linspace(1, 2, 16), dev1),
+    }
+    for s_name, src in srcs.items():
+        for d_name, make in dds.items():
+            name = f"{s_name}, {d_name}"
+            try:
+                want = softplus_backward(src, make(), 1.7)
+            except ValueError:
+                continue  # the plain op refuses it too (committed elsewhere)
+            dd = make()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    got = softplus_backward_inplace(src, dd, 1.7)
+                except Exception as err:
+                    yield name, f"{type(err).__name__}: {err}"[:300]
+                    continue
+            problems = []
+            if not np.array_equal(np.asarray(got), np.asarray(want)):
+                problems.append("other bits")
+            if not got.sharding.is_equivalent_to(want.sharding, got.ndim):
+                problems.append(f"laid out {got.sharding}, not {want.sharding}")
+            if isinstance(dd, jax.Array) and not dd.is_deleted():
+                problems.append("diff_dst not deleted")
+            if caught:
+                problems.append(f"warned: {caught[0].message}")
+            yield name, "; ".join(problems) or "ok"
+
+
+facts["inplace_placement"] = dict(_placement_cases())
+
+
 def loss_fn(p, x, y):
     h = softplus(x @ p["w1"], 1.5)
     return jnp.mean((h @ p["w2"] - y) ** 2)

@@ -1,0 +1,216 @@
+"""Every public op under every JAX transformation and tool, on every kind of
+input a user passes: the composability matrix.
+
+Each cell computes one quantity (the value, a reverse-mode derivative, a
+forward-mode derivative or a second derivative) with one transformation,
+from inputs of one kind, and must give the same bits as that quantity
+computed eagerly from float32 arrays, or raise the documented error
+(forward mode through `softplus`'s `custom_vjp`). `docs/sharp_bits.md`
+lists the same facts.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.experimental import checkify
+
+from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+
+X, DD, BETA = -1.25, 0.75, 1.7
+XS, DDS = (-1.25, 0.5, 3.0), (0.75, -2.0, 1.5)
+
+
+# Inputs: a function of (value, default dtype), so that each cell gets fresh
+# operands (the in-place op deletes a donated diff_dst).
+KINDS = {
+    "python": lambda v, dt: v,
+    "numpy": lambda v, dt: np.asarray(v, dt)[()],
+    "0d": lambda v, dt: jnp.asarray(v, dt),
+    "weak": lambda v, dt: jnp.asarray(v),  # weak-typed, as Python floats in jit
+    "array": None,  # three elements; beta stays a 0-d array
+}
+
+
+def _inputs(kind, dtype=jnp.float32):
+    if kind == "array":
+        return jnp.asarray(XS, dtype), jnp.asarray(DDS, dtype), jnp.asarray(BETA, dtype)
+    make = KINDS[kind]
+    return make(X, dtype), make(DD, dtype), make(BETA, dtype)
+
+
+OPS = {
+    "softplus": lambda x, dd, b: softplus(x, b),
+    "softplus_backward": softplus_backward,
+    "softplus_backward_inplace": softplus_backward_inplace,
+}
+
+
+def _total(op):
+    """The op as a function of x with a scalar result (a sum over arrays)."""
+    return lambda x, dd, b: jnp.sum(op(x, dd, b))
+
+
+def _diag(y):
+    """Per-element second derivatives from a Hessian of a sum (diagonal)."""
+    return jnp.diagonal(y) if jnp.ndim(y) == 2 else y
+
+
+# Each transformation: the quantity it computes, and how.
+def _value(op, x, dd, b):
+    return op(x, dd, b)
+
+
+def _grad(op, x, dd, b):
+    return jax.grad(_total(op))(x, dd, b)
+
+
+def _jvp(op, x, dd, b):
+    return jax.jvp(lambda x: op(x, dd, b), (x,), (jnp.ones_like(x),))[1]
+
+
+def _hessian(op, x, dd, b):
+    return _diag(jax.hessian(_total(op))(x, dd, b))
+
+
+def _with(context, op, x, dd, b):
+    with context():
+        return op(x, dd, b)
+
+
+def _checkify(op, x, dd, b):
+    err, out = checkify.checkify(
+        lambda x, dd, b: op(x, dd, b), errors=checkify.float_checks
+    )(x, dd, b)
+    assert err.get() is None, err.get()
+    return out
+
+
+def _aot(op, x, dd, b):
+    if op is softplus_backward_inplace:  # its own .lower (donating)
+        lowered = softplus_backward_inplace.lower(x, dd, b)
+    else:
+        lowered = jax.jit(op).lower(x, dd, b)
+    return lowered.compile()(x, dd, b)
+
+
+def _export(op, x, dd, b):
+    exported = jax.export.export(jax.jit(op))(x, dd, b)
+    return jax.export.deserialize(exported.serialize()).call(x, dd, b)
+
+
+def _jit(op, x, dd, b):
+    return jax.jit(op)(x, dd, b)
+
+
+def _vmap(op, x, dd, b):
+    # Over beta: x and dd stay unbatched, of the kind under test.
+    return jax.vmap(op, (None, None, 0))(x, dd, jnp.stack([b, b]))[1]
+
+
+def _jacrev(op, x, dd, b):
+    return _diag(jax.jacrev(lambda x: op(x, dd, b))(x))
+
+
+def _jacfwd(op, x, dd, b):
+    return _diag(jax.jacfwd(lambda x: op(x, dd, b))(x))
+
+
+def _linearize(op, x, dd, b):
+    return jax.linearize(lambda x: op(x, dd, b), x)[1](jnp.ones_like(x))
+
+
+def _checkpoint(op, x, dd, b):
+    return jax.grad(jax.checkpoint(_total(op)))(x, dd, b)
+
+
+def _scan(op, x, dd, b):
+    return lax.scan(lambda c, _: (c, op(x, dd, b)), 0.0, None, length=2)[1][1]
+
+
+def _cond(op, x, dd, b):
+    def other():
+        return jnp.zeros_like(op(x, dd, b))
+
+    return lax.cond(jnp.bool_(True), lambda: op(x, dd, b), other)
+
+
+TRANSFORMS = {
+    "eager": ("value", _value),
+    "jit": ("value", _jit),
+    "vmap": ("value", _vmap),
+    "grad": ("grad", _grad),
+    "jacrev": ("grad", _jacrev),
+    "hessian": ("hessian", _hessian),
+    "jvp": ("jvp", _jvp),
+    "jacfwd": ("jvp", _jacfwd),
+    "linearize": ("jvp", _linearize),
+    "checkpoint": ("grad", _checkpoint),
+    "scan": ("value", _scan),
+    "cond": ("value", _cond),
+    "checkify": ("value", _checkify),
+    "debug_nans": ("value", functools.partial(_with, lambda: jax.debug_nans(True))),
+    "debug_infs": ("value", functools.partial(_with, lambda: jax.debug_infs(True))),
+    "disable_jit": ("value", functools.partial(_with, jax.disable_jit)),
+    "aot": ("value", _aot),
+    "export": ("value", _export),
+}
+
+QUANTITIES = {"value": _value, "grad": _grad, "jvp": _jvp, "hessian": _hessian}
+
+# Forward mode through a custom_vjp function: JAX's own TypeError.
+FORWARD_MODE = ("jvp", "jacfwd", "linearize")
+RAISES = {("softplus", t): "can't apply forward-mode autodiff" for t in FORWARD_MODE}
+
+
+@functools.cache
+def _reference(op_name, quantity, kind):
+    """The quantity, eagerly, from 0-d float32 arrays (per element)."""
+    op, fn = OPS[op_name], QUANTITIES[quantity]
+    values = zip(XS, DDS, strict=True) if kind == "array" else [(X, DD)]
+    beta = jnp.float32(BETA)
+    out = [fn(op, jnp.float32(x), jnp.float32(dd), beta) for x, dd in values]
+    return np.stack([np.asarray(o) for o in out]).reshape(np.shape(_inputs(kind)[0]))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_matrix(op_name, transform, kind):
+    quantity, run = TRANSFORMS[transform]
+    op = OPS[op_name]
+    expected_error = RAISES.get((op_name, transform))
+    if expected_error:
+        with pytest.raises(TypeError, match=expected_error):
+            run(op, *_inputs(kind))
+        return
+    got = np.asarray(run(op, *_inputs(kind)))
+    assert got.dtype == np.float32, got.dtype
+    want = _reference(op_name, quantity, kind)
+    np.testing.assert_array_equal(
+        got.view(np.uint32), want.view(np.uint32), err_msg=f"{got} != {want}"
+    )
+
+
+X64_TRANSFORMS = ("grad", "jacrev", "hessian", "jvp", "jacfwd", "linearize", "vmap")
+
+
+@pytest.mark.parametrize(
+    ("op_name", "transform"),
+    [(o, t) for o in OPS for t in X64_TRANSFORMS if (o, t) not in RAISES],
+)
+def test_python_scalars_under_x64(x64, op_name, transform):
+    # With x64 on, Python floats are float64: the rules see float64 literals
+    # and weak-typed scalars, and must match 0-d float64 arrays bit for bit.
+    quantity, run = TRANSFORMS[transform]
+    op = OPS[op_name]
+    got = run(op, X, DD, BETA)
+    assert got.dtype == np.float64, got.dtype
+    f64 = jnp.float64
+    want = QUANTITIES[quantity](op, f64(X), f64(DD), f64(BETA))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
