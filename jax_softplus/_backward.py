@@ -76,7 +76,9 @@ def softplus_backward_inplace(
     (The runtime declines to donate a buffer that is still referenced
     elsewhere, such as by a NumPy view from `np.asarray` on the CPU; then a
     `UserWarning` says so, `diff_dst` is unchanged and the result is new.)
-    With sharded arrays the result is laid out as `diff_dst`.
+    With sharded arrays the result is laid out as `diff_dst`; an uncommitted
+    `diff_dst` (such as `jnp.ones(...)`) with a `src` committed to a device or
+    sharded is first moved where `src` is, and the moved copy is donated.
     `src` may be the same array as `diff_dst` (then
     `diff_src = x * sigmoid(beta * x)`, still in place, and `x` is deleted).
     The arguments are validated before the jitted call, so a concrete bad

@@ -87,8 +87,9 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
     `softplus_backward_p` once for `x`. When `beta` is differentiated too it
     gets $\partial/\partial\beta = (x\,\sigma(\beta x) - \mathrm{softplus}(x))/\beta$,
     summed over `x`; when it is not, that cotangent costs nothing.
-    Reverse mode only: `jax.jvp` and `jax.hessian` of a `custom_vjp`
-    function raise; use `jax.jacrev(jax.jacrev(f))` for Hessians.
+    Forward mode through it raises (`jax.jvp`, `jax.jacfwd`, `jax.linearize`
+    of `softplus` itself: a `custom_vjp`); `jax.hessian` works, forward mode
+    over the reverse pass reaching only the primitive's JVP rule.
 
     Args:
       x: float32, bfloat16 or float16 array (float64 with `jax_enable_x64`).

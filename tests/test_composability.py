@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import checkify
+from jax.test_util import check_grads
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 
@@ -214,3 +215,21 @@ def test_python_scalars_under_x64(x64, op_name, transform):
     f64 = jnp.float64
     want = QUANTITIES[quantity](op, f64(X), f64(DD), f64(BETA))
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_hessian_of_softplus_matches_reverse_over_reverse():
+    # The same math, associated differently: within one rounding.
+    x = jnp.asarray(XS)
+    f = _total(OPS["softplus"])
+    np.testing.assert_allclose(
+        jax.hessian(f)(x, None, BETA),
+        jax.jacrev(jax.jacrev(f))(x, None, BETA),
+        rtol=2 * np.finfo(np.float32).eps,
+        atol=0,
+    )
+
+
+def test_check_grads_of_softplus_needs_reverse_mode():
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
+        check_grads(softplus, (0.5,), order=1)
+    check_grads(softplus, (0.5,), order=2, modes=["rev"])
