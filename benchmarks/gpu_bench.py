@@ -1,16 +1,23 @@
-"""GPU check: softplus_backward against the device's copy bandwidth.
+"""GPU check: softplus_backward against the device's memory floor.
 
-Run by benchmarks/gpu.sh on one GPU (an H200 here), from the checkout with
-PYTHONPATH=. (no install needed: the package is pure Python). For each dtype
-at `--size` elements it times, interleaved:
+Run by benchmarks/gpu.sh on one GPU, from the checkout with PYTHONPATH=.
+(the package is pure Python). For each dtype at `--size` elements it times,
+interleaved, each writing over a donated buffer (read 2n, write n, except
+the copy):
 
-- a device-to-device copy (`-x` under jit, read n, write n), whose
-  bytes/second is the ceiling;
-- a donated `a * b` (read 2n, write n): the floor of the CPU benchmark;
-- `softplus_backward_inplace` (read 2n, write n), beta traced.
+- a device-to-device copy (`-x` under jit, read n, write n);
+- a donated `a * b`: the floor;
+- `softplus_backward_inplace`, beta traced (the GPU lowering);
+- the portable kernel, the lowering that every platform but the CPU and
+  GPUs uses (and GPUs used before they had their own): the same function
+  jitted and donated, for a before/after in one run;
+- the naive formula `dd * jax.nn.sigmoid(beta * src)` in float32, rounded
+  once, donated: what a user would write instead (inaccurate in the tail).
 
-It prints each one's effective GB/s and the op's fraction of the copy
-bandwidth. `--json` writes the figures.
+It prints GB/s and each method's fraction of the donated `a*b`, times the
+MLP training step against `jax.nn.softplus`, and with `--hlo DIR` writes
+the optimised HLO of the op and the portable kernel per dtype (the fusions
+XLA:GPU forms). `--json` writes the figures.
 """
 
 from __future__ import annotations
@@ -18,14 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import softplus_backward_inplace
-
-DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+from jax_softplus import _math, softplus_backward_inplace
+from jax_softplus._validate import BetaHints
+from jax_softplus.bench import DTYPES, mlp_step, train_step_activations
 
 
 def _timed(fn, iters):
@@ -37,55 +45,95 @@ def _timed(fn, iters):
     return (time.perf_counter() - t0) / iters
 
 
-def _run_dtype(name, size, iters, rounds):
+def _portable(src, dd, beta):
+    return _math.backward_kernel(src, dd, beta, BetaHints())
+
+
+def _naive(src, dd, beta):
+    f32 = jnp.float32
+    out = dd.astype(f32) * jax.nn.sigmoid(beta * src.astype(f32))
+    return out.astype(dd.dtype)
+
+
+JITS = {
+    "copy": jax.jit(lambda x: -x, donate_argnums=0),  # x + 0 is folded away
+    "a*b": jax.jit(lambda a, b, beta: a * b, donate_argnums=1),
+    "portable kernel": jax.jit(_portable, donate_argnums=1),
+    "naive formula": jax.jit(_naive, donate_argnums=1),
+}
+
+
+def _run_dtype(name, size, iters, rounds, hlo_dir):
     dtype = DTYPES[name]
     key = jax.random.PRNGKey(0)
     src = jax.random.uniform(key, (size,), jnp.float32, -8, 8).astype(dtype)
-    state = {k: jnp.ones(size, dtype) for k in ("copy", "mul", "op")}
-    copy = jax.jit(lambda x: -x, donate_argnums=0)  # x + 0 is folded away
-    mul = jax.jit(lambda a, b: a * b, donate_argnums=1)
     beta = jnp.float32(1.7)
+    methods = ("copy", "a*b", "softplus_backward_inplace", "portable kernel")
+    methods += ("naive formula",)
+    state = {k: jnp.ones(size, dtype) for k in methods}
 
-    def step_copy():
-        state["copy"] = copy(state["copy"])
-        return state["copy"]
+    def stepper(method):
+        def step():
+            if method == "copy":
+                state[method] = JITS["copy"](state[method])
+            elif method == "softplus_backward_inplace":
+                state[method] = softplus_backward_inplace(src, state[method], beta)
+            else:
+                state[method] = JITS[method](src, state[method], beta)
+            return state[method]
 
-    def step_mul():
-        state["mul"] = mul(src, state["mul"])
-        return state["mul"]
+        return step
 
-    def step_op():
-        state["op"] = softplus_backward_inplace(src, state["op"], beta)
-        return state["op"]
-
-    steps = {"copy": step_copy, "a*b": step_mul, "softplus_backward_inplace": step_op}
-    times = {k: [] for k in steps}
+    steps = {m: stepper(m) for m in methods}
+    times = {m: [] for m in methods}
     for _ in range(rounds):
-        for k, fn in steps.items():
-            times[k].append(_timed(fn, iters))
+        for m, fn in steps.items():
+            times[m].append(_timed(fn, iters))
+    if hlo_dir is not None:
+        small = jnp.ones(1 << 20, dtype)
+        for label, text in (
+            ("op", softplus_backward_inplace.lower(small, small, beta)),
+            ("portable", JITS["portable kernel"].lower(small, small, beta)),
+        ):
+            path = Path(hlo_dir) / f"hlo_{name}_{label}.txt"
+            path.write_text(text.compile().as_text())
     item = jnp.dtype(dtype).itemsize
-    moved = {"copy": 2 * size * item}
-    moved["a*b"] = moved["softplus_backward_inplace"] = 3 * size * item
-    copy_gbps = moved["copy"] / np.median(times["copy"]) / 1e9
     rows = []
+    floor = np.median(times["a*b"])
     for method, ts in times.items():
         med = float(np.median(ts))
-        gbps = moved[method] / med / 1e9
+        moved = (2 if method == "copy" else 3) * size * item
         rows.append(
             {
                 "dtype": name,
                 "size": size,
                 "method": method,
                 "median_ms": med * 1e3,
-                "gbps": gbps,
-                "fraction_of_copy": gbps / copy_gbps,
+                "gbps": moved / med / 1e9,
+                "fraction_of_floor": (floor / med) * (moved / (3 * size * item)),
             }
         )
     return rows
 
 
-def run(size, dtypes, iters, rounds):
-    return [r for name in dtypes for r in _run_dtype(name, size, iters, rounds)]
+def train_step(rounds=40, iters=20):
+    """Interleaved medians of the MLP step, ours over jax.nn.softplus."""
+    steps = {}
+    for label, act in train_step_activations().items():
+        step, params, x, y = mlp_step(act)
+        state = {"p": jax.tree.map(lambda a: jnp.array(a, copy=True), params)}
+
+        def call(step=step, state=state, x=x, y=y):
+            state["p"], value = step(state["p"], x, y)
+            return value
+
+        steps[label] = call
+    times = {k: [] for k in steps}
+    for _ in range(rounds):
+        for k, fn in steps.items():
+            times[k].append(_timed(fn, iters))
+    med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    return {"ms": med, "ratio": med["jax_softplus"] / med["jax.nn.softplus"]}
 
 
 def main():
@@ -94,19 +142,30 @@ def main():
     p.add_argument("--dtypes", default="f32,bf16,f16")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--hlo", metavar="DIR", help="write optimised HLO here")
     p.add_argument("--json")
     args = p.parse_args()
     print("devices:", jax.devices(), "jax", jax.__version__)
-    rows = run(args.size, args.dtypes.split(","), args.iters, args.rounds)
-    print(f"{'dtype':5} {'method':26} {'median ms':>10} {'GB/s':>8} {'of copy':>8}")
+    rows = []
+    for name in args.dtypes.split(","):
+        rows += _run_dtype(name, args.size, args.iters, args.rounds, args.hlo)
+    print(f"{'dtype':5} {'method':26} {'median ms':>10} {'GB/s':>8} {'of a*b':>8}")
     for r in rows:
         print(
             f"{r['dtype']:5} {r['method']:26} {r['median_ms']:10.3f} "
-            f"{r['gbps']:8.0f} {r['fraction_of_copy']:8.1%}"
+            f"{r['gbps']:8.0f} {r['fraction_of_floor']:8.1%}"
         )
+    step = train_step()
+    print(
+        f"MLP step: jax_softplus {step['ms']['jax_softplus']:.4f} ms, "
+        f"jax.nn.softplus {step['ms']['jax.nn.softplus']:.4f} ms, "
+        f"ratio {step['ratio']:.3f}"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"jax": jax.__version__, "rows": rows}, f, indent=1)
+            json.dump(
+                {"jax": jax.__version__, "rows": rows, "train_step": step}, f, indent=1
+            )
 
 
 if __name__ == "__main__":

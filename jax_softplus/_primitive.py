@@ -166,9 +166,9 @@ def _softplus_backward_batch(args, dims, *, beta_hints=_NO_HINTS):
     return bind(src, diff_dst, beta, beta_hints), axis
 
 
-def _softplus_backward_lowering(*, cpu):
+def _softplus_backward_lowering(platform=None):
     def kernel(src, diff_dst, beta, *, beta_hints=_NO_HINTS):
-        return _math.backward_kernel(src, diff_dst, beta, beta_hints, cpu=cpu)
+        return _math.backward_kernel(src, diff_dst, beta, beta_hints, platform=platform)
 
     return mlir.lower_fun(kernel, multiple_results=False)
 
@@ -177,10 +177,11 @@ softplus_backward_p.def_impl(
     functools.partial(_compat.apply_primitive, softplus_backward_p)
 )
 softplus_backward_p.def_abstract_eval(_softplus_backward_abstract_eval)
-mlir.register_lowering(softplus_backward_p, _softplus_backward_lowering(cpu=False))
-mlir.register_lowering(
-    softplus_backward_p, _softplus_backward_lowering(cpu=True), platform="cpu"
-)
+mlir.register_lowering(softplus_backward_p, _softplus_backward_lowering())
+for _platform, _kernel in (("cpu", "cpu"), ("cuda", "gpu"), ("rocm", "gpu")):
+    mlir.register_lowering(
+        softplus_backward_p, _softplus_backward_lowering(_kernel), platform=_platform
+    )
 ad.primitive_jvps[softplus_backward_p] = _softplus_backward_jvp
 ad.primitive_transposes[softplus_backward_p] = _softplus_backward_transpose
 _compat.register_batching_rule(softplus_backward_p, _softplus_backward_batch)

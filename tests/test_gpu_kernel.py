@@ -1,0 +1,107 @@
+"""The GPU lowering's half-precision arithmetic, checked here on the CPU.
+
+CUDA and ROCm lower bfloat16 and float16 through `sigmoid_times_half_gpu`
+(plain converts, one `exp`); the CPU lowering uses bit-level reductions.
+The math is platform independent, so it is checked on every CI run by
+jitting the GPU kernel on the CPU, against the same float64 reference and
+bounds as the op. `benchmarks/gpu.sh` runs the op's own tests on a GPU,
+where the lowering itself is used.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    BETAS,
+    EXTREME_BETAS,
+    ULP_BOUND,
+    backward_ref,
+    max_ulp,
+    random_dd,
+    random_src,
+)
+
+from jax_softplus import _math
+from jax_softplus._validate import BetaHints
+
+HALF = (jnp.bfloat16, jnp.float16)
+N = 20_000
+
+
+@functools.partial(jax.jit, static_argnames="platform")
+def _kernel(src, dd, beta, platform="gpu"):
+    return _math.backward_kernel(src, dd, beta, BetaHints(), platform=platform)
+
+
+def _run(src, dd, beta):
+    return _kernel(src, dd, jnp.float32(beta))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("beta", (*BETAS, 0.0, 1.7, 0.1, *EXTREME_BETAS))
+def test_matches_float64_reference(dtype, beta):
+    rng = np.random.default_rng(11)
+    src = random_src(rng, N, beta, dtype)
+    # A subnormal src is flushed to 0 on the CPU (a GPU keeps it): left out.
+    src = jnp.where(jnp.abs(src) < jnp.finfo(dtype).tiny, jnp.zeros_like(src), src)
+    dd = random_dd(rng, N, dtype)
+    err = max_ulp(_run(src, dd, beta), backward_ref(src, dd, beta), dtype)
+    assert err <= ULP_BOUND[np.dtype(dtype)], err
+
+
+@pytest.mark.parametrize("beta", (1.0, 1.7, -2.5))
+def test_bfloat16_tail_with_huge_diff_dst(beta):
+    # t in [-176, -80]: sigmoid underflows float32, the product is normal.
+    rng = np.random.default_rng(3)
+    src = random_src(rng, N, beta, jnp.bfloat16, (-176.0, -80.0))
+    dd = jnp.asarray(rng.uniform(1e30, 3.3e38, N).astype(np.float32), jnp.bfloat16)
+    ref = backward_ref(src, dd, beta)
+    assert np.mean(np.abs(ref) >= np.finfo(np.float32).tiny) > 0.5
+    assert max_ulp(_run(src, dd, beta), ref, jnp.bfloat16) <= 1.0
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: np.dtype(d).name)
+def test_specials_match_the_cpu_kernel(dtype):
+    # NaN, inf, zeros and the deep tail: the same values as the CPU lowering
+    # (NaN payloads aside), including inf * sigmoid(finite t) = inf and
+    # inf * sigmoid(-inf) = NaN.
+    big = float(jnp.finfo(dtype).max)
+    vals = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 200.0, -200.0, 1e4, -1e4]
+    vals += [big, -big, 60.0, -60.0, 11.0, -11.0]
+    src, dd = np.meshgrid(np.asarray(vals, np.float32), np.asarray(vals, np.float32))
+    src, dd = jnp.asarray(src.ravel(), dtype), jnp.asarray(dd.ravel(), dtype)
+    for beta in (1.0, -1.0, 0.0, 3e38, 1e-30):
+        gpu = np.asarray(_run(src, dd, beta), np.float64)
+        cpu = np.asarray(_kernel(src, dd, jnp.float32(beta), platform="cpu"), np.float64)
+        ref = backward_ref(src, dd, beta)
+        np.testing.assert_array_equal(np.isnan(gpu), np.isnan(ref), err_msg=str(beta))
+        np.testing.assert_array_equal(np.isnan(gpu), np.isnan(cpu), err_msg=str(beta))
+        normal = np.isfinite(ref) & (np.abs(ref) >= float(jnp.finfo(dtype).tiny))
+        inf = np.isinf(ref)
+        np.testing.assert_array_equal(gpu[inf], ref[inf], err_msg=str(beta))
+        assert max_ulp(gpu[normal], ref[normal], dtype) <= 1.0, beta
+        # Where the exact result is below the normal range, so is ours.
+        tiny = ~np.isnan(ref) & ~normal & ~inf
+        assert np.all(np.abs(gpu[tiny]) < float(jnp.finfo(dtype).tiny)), beta
+
+
+def test_the_gpu_lowering_uses_plain_converts():
+    from jax import export
+
+    def f(src, dd, beta):
+        from jax_softplus import softplus_backward
+
+        return softplus_backward(src, dd, beta)
+
+    spec = jax.ShapeDtypeStruct((8,), jnp.bfloat16)
+    beta = jax.ShapeDtypeStruct((), jnp.float32)
+    for platform in ("cuda", "rocm"):
+        text = export.export(jax.jit(f), platforms=(platform,))(spec, spec, beta)
+        module = text.mlir_module()
+        assert "stablehlo.exponential" in module, platform
+        assert "shift_left" not in module and "bitcast_convert" not in module
