@@ -49,6 +49,19 @@ def _portable(src, dd, beta):
     return _math.backward_kernel(src, dd, beta, BetaHints())
 
 
+def _half_gpu(**variant):
+    """The GPU kernel with an ablation (`_math.sigmoid_times_half_gpu`)."""
+
+    def kernel(src, dd, beta):
+        f32 = jnp.float32
+        out = _math.sigmoid_times_half_gpu(
+            src.astype(f32), dd.astype(f32), beta, **variant
+        )
+        return out.astype(dd.dtype)
+
+    return jax.jit(kernel, donate_argnums=1)
+
+
 def _naive(src, dd, beta):
     f32 = jnp.float32
     out = dd.astype(f32) * jax.nn.sigmoid(beta * src.astype(f32))
@@ -60,7 +73,12 @@ JITS = {
     "a*b": jax.jit(lambda a, b, beta: a * b, donate_argnums=1),
     "portable kernel": jax.jit(_portable, donate_argnums=1),
     "naive formula": jax.jit(_naive, donate_argnums=1),
+    # Ablations of the half-precision GPU kernel (not run for float32).
+    "gpu kernel, divide": _half_gpu(divide=True),
+    "gpu kernel, no tail": _half_gpu(tail=False),
+    "gpu kernel, divide, no tail": _half_gpu(divide=True, tail=False),
 }
+ABLATIONS = ("gpu kernel, divide", "gpu kernel, no tail", "gpu kernel, divide, no tail")
 
 
 def _run_dtype(name, size, iters, rounds, hlo_dir):
@@ -70,6 +88,8 @@ def _run_dtype(name, size, iters, rounds, hlo_dir):
     beta = jnp.float32(1.7)
     methods = ("copy", "a*b", "softplus_backward_inplace", "portable kernel")
     methods += ("naive formula",)
+    if name != "f32":
+        methods += ABLATIONS
     state = {k: jnp.ones(size, dtype) for k in methods}
 
     def stepper(method):
@@ -149,10 +169,10 @@ def main():
     rows = []
     for name in args.dtypes.split(","):
         rows += _run_dtype(name, args.size, args.iters, args.rounds, args.hlo)
-    print(f"{'dtype':5} {'method':26} {'median ms':>10} {'GB/s':>8} {'of a*b':>8}")
+    print(f"{'dtype':5} {'method':28} {'median ms':>10} {'GB/s':>8} {'of a*b':>8}")
     for r in rows:
         print(
-            f"{r['dtype']:5} {r['method']:26} {r['median_ms']:10.3f} "
+            f"{r['dtype']:5} {r['method']:28} {r['median_ms']:10.3f} "
             f"{r['gbps']:8.0f} {r['fraction_of_floor']:8.1%}"
         )
     step = train_step()
