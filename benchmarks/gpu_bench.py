@@ -136,7 +136,7 @@ def _run_dtype(name, size, iters, rounds, hlo_dir):
     return rows
 
 
-def train_step(rounds=40, iters=20):
+def train_step(rounds=100, iters=50):
     """Interleaved medians of the MLP step, ours over jax.nn.softplus."""
     steps = {}
     for label, act in train_step_activations().items():

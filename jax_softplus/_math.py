@@ -292,34 +292,35 @@ def sigmoid_times_f16(src, dd, beta):
     return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
 
 
-# Past t = -176.06 the exact result is below the smallest normal for every
-# finite diff_dst (3.4e38 * exp(-176.06) = 1.18e-38); the GPU kernel stops
-# computing a little beyond that.
-_ZHALF_GPU = _F32(176.5)
+# The GPU kernel's clamp of -|t|: exp(-_ZHALF_GPU / 4) is a normal float32,
+# and beyond it dd * exp(t) rounds to 0 in float32 for every finite dd.
+_ZHALF_GPU = _F32(256.0)
 
 
 def sigmoid_times_half_gpu(src, dd, beta, *, divide=False, tail=True):
     """dd * sigmoid(beta * src) in float32, for bfloat16 and float16 on GPUs.
 
-    With u = exp(-|t| / 3), exp(-|t|) = u**3 and, for t < 0,
-    dd * sigmoid(t) = ((dd u) u) u / (1 + u**3): every factor is a normal
-    float32 down to t = -176.5, where the result leaves the normal range for
-    every finite dd, and no intermediate is smaller than the result. One
-    `exp`, plain converts and no integer work: on a GPU the bit-level
-    reductions of the CPU kernels cost more than the memory traffic of a
-    2-byte type. 1 / (1 + u**3) is rsqrt(1 + u**3)**2 (one special-function
-    instruction where a division is a subroutine): about 1e-6 relative
-    error in all, far below half an ulp of a bfloat16 or float16. Beyond
-    t = -176.5 the result is 0 for finite dd (its exact value is below the
-    normal range), dd for infinite dd, and NaN where sigmoid is exactly 0
-    (inf * 0). `divide` and `tail=False` (no special tail) exist for the
-    GPU benchmark's ablation only.
+    With u = exp(-|t| / 4), exp(-|t|) = u**4 and, for t < 0,
+    dd * sigmoid(t) = (((dd u) u) u) u / (1 + u**4). u is a normal float32
+    for |t| <= 256 (it is clamped there: beyond, the result rounds to 0 for
+    every finite dd, and stays inf for an infinite one), and each partial
+    product is at least the result, so nothing underflows before the result
+    does: the tail where sigmoid(t) underflows but dd * sigmoid(t) does not
+    comes out right with no special case. One `exp`, plain converts and no
+    integer work: on a GPU the bit-level reductions of the CPU kernels cost
+    more than the memory traffic of a 2-byte type. 1 / (1 + u**4) is
+    rsqrt(1 + u**4)**2, one special-function instruction where a division
+    is a subroutine; in all about 1e-6 relative error, far below half an
+    ulp of a bfloat16 or float16. Where sigmoid is exactly 0 (t = -inf) the
+    result is dd * 0: NaN for an infinite dd. `divide` and `tail=False`
+    (no t = -inf case) exist for the GPU benchmark's ablation only.
     """
     t = beta * src
-    u = lax.exp(lax.max(-lax.abs(t), -_ZHALF_GPU) * _F32(1.0 / 3.0))
-    # dd u first: u**2 alone may underflow where dd u**3 does not.
-    num = lax.select(t >= lax.full_like(t, 0), dd, ((dd * u) * u) * u)
-    denom = (u * u) * u + _F32(1)
+    u = lax.exp(lax.max(-lax.abs(t), -_ZHALF_GPU) * _F32(0.25))
+    # dd u first: a power of u alone may underflow where dd u**4 does not.
+    num = lax.select(t >= lax.full_like(t, 0), dd, (((dd * u) * u) * u) * u)
+    u2 = u * u
+    denom = u2 * u2 + _F32(1)
     if divide:
         out = num / denom
     else:
@@ -327,9 +328,7 @@ def sigmoid_times_half_gpu(src, dd, beta, *, divide=False, tail=True):
         out = num * (r * r)
     if not tail:
         return out
-    inf_dd = lax.abs(dd) == lax.full_like(dd, np.inf)
-    keep = inf_dd & ~_sigmoid_is_zero(src, beta)
-    return lax.select(t < -_ZHALF_GPU, lax.select(keep, dd, dd * _F32(0)), out)
+    return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
 
 
 def _bf16_to_f32(x):

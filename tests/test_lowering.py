@@ -18,7 +18,8 @@ def test_stablehlo_has_no_custom_call(dtype):
     x = jnp.ones(16, dtype)
     text = jax.jit(softplus_backward).lower(x, x, 1.7).as_text()
     assert "custom_call" not in text
-    assert "stablehlo.divide" in text
+    # A division (or, for half types on GPUs, a reciprocal square root).
+    assert "stablehlo.divide" in text or "stablehlo.rsqrt" in text
 
 
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16, jnp.float16))
