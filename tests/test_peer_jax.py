@@ -88,6 +88,7 @@ FLOATING = [jnp.bfloat16, jnp.float16, jnp.float32, jnp.float64]
 INTEGER = [jnp.int8, jnp.int16, jnp.int32, jnp.int64]
 
 
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype float64")
 @pytest.mark.parametrize(
     "dtype", [int, float, *FLOATING], ids=lambda d: getattr(d, "__name__", str(d))
 )
