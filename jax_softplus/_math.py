@@ -78,6 +78,19 @@ def _pow2(e):
     return lax.bitcast_convert_type(bits, _F32)
 
 
+def exp2_int(e, dtype):
+    """2.0**e exactly, in float32 or float64, for integer e in [-126, 126].
+
+    Built from the exponent bits: `jnp.ldexp` has no derivative at 0 and
+    `exp2` need not be exact.
+    """
+    e = lax.clamp(-126, e.astype(np.int32), 126)
+    if np.dtype(dtype) == np.float64:
+        bits = lax.shift_left(e.astype(np.int64) + np.int64(1023), np.int64(52))
+        return lax.bitcast_convert_type(bits, np.float64)
+    return _pow2(e)
+
+
 def _split(v):
     """Split float32 v into hi + lo with 12 significant bits in each half."""
     hi = lax.bitcast_convert_type(lax.bitcast_convert_type(v, _I32) & _I32(-4096), _F32)

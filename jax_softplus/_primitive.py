@@ -88,12 +88,24 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINT
     return src.update(weak_type=False)
 
 
+def _slope_times(src, scale, beta, hints):
+    """scale * s(t) * s(-t), t = beta * src, s the sigmoid: s'(t) scaled.
+
+    Two binds on primal values, the scale entering first: each factor is
+    applied by the kernel, whose tail keeps a product that is normal where
+    s(t) s(-t) alone underflows (|t| near 88 and beyond).
+    """
+    return bind(src, bind(src, scale, lax.neg(beta), hints), beta, hints)
+
+
 def _softplus_backward_jvp(primals, tangents, *, beta_hints=_NO_HINTS):
     """Tangent of g * s(b x), with s the sigmoid and s' = s(t) s(-t).
 
-    d/dg is the op itself (it is linear in g); d/dx and d/db share
-    g * s(t) * s(-t) * (b dx + x db), formed as two nested binds so that the
-    tiny factor s(-t) keeps its relative accuracy.
+    d/dg is the op itself (it is linear in g). d/dx = g b s'(t) and
+    d/db = g x s'(t) are computed from the primals (`_slope_times`) and then
+    multiply their tangents: a tangent that went through the binds would be
+    transposed in reverse order, applying the tiny factor before the scale,
+    and underflow where the result does not.
     """
     src, diff_dst, beta = _arrays(*primals)
     src_dot, diff_dst_dot, beta_dot = (
@@ -104,15 +116,12 @@ def _softplus_backward_jvp(primals, tangents, *, beta_hints=_NO_HINTS):
     terms = []
     if type(diff_dst_dot) is not ad.Zero:
         terms.append(bind(src, diff_dst_dot, beta, beta_hints))
-    w = None
     if type(src_dot) is not ad.Zero:
-        w = lax.convert_element_type(beta, dtype) * src_dot
+        scale = diff_dst * lax.convert_element_type(beta, dtype)
+        terms.append(_slope_times(src, scale, beta, beta_hints) * src_dot)
     if type(beta_dot) is not ad.Zero:
-        w_beta = src * lax.convert_element_type(beta_dot, dtype)
-        w = w_beta if w is None else w + w_beta
-    if w is not None:
-        inner = bind(src, diff_dst * w, lax.neg(beta), beta_hints)
-        terms.append(bind(src, inner, beta, beta_hints))
+        slope = _slope_times(src, diff_dst * src, beta, beta_hints)
+        terms.append(slope * lax.convert_element_type(beta_dot, dtype))
     tangent = terms[0]
     for term in terms[1:]:
         tangent = tangent + term

@@ -6,6 +6,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
@@ -16,15 +17,48 @@ from jax_softplus._primitive import bind
 _softplus_kernel = jax.jit(_math.softplus_kernel, static_argnames=("hints",))
 
 
-def _dbeta(hints, x, beta):
-    """d softplus / d beta = (x sigmoid(beta x) - softplus(x)) / beta, per element.
+# Above |beta x| = 17, log1p(e^-a) = s(-a) to 2e-8 relative (e^-a / 2).
+_DBETA_SWITCH = 17.0
+# The lifted diff_dst of the far branch stays below 2**_LIFT_MAX.
+_LIFT_MAX = 120
 
-    In the compute dtype (beta's), so that bf16/f16 rounding of softplus(x)
-    does not enter the difference.
+
+def _dbeta(hints, x, beta):
+    """d softplus / d beta, per element, in the compute dtype (beta's).
+
+    With a = |beta x| the derivative is -(a s(-a) + log1p(e^-a)) / beta**2,
+    s the sigmoid: the same expression for either sign of beta x, and a sum
+    of two positive terms, so nothing cancels (the textbook
+    (x s(beta x) - softplus(x)) / beta loses every digit for beta x above
+    about 17). Written with the library's own kernels on |x| and |beta|:
+
+        -(|x| s(-|beta| |x|) / |beta| + softplus(-|x|, |beta|) / |beta|),
+
+    the first term the backward op with diff_dst = |x|, the second the
+    forward op where it has no cancellation either. Above a = 17 the second
+    term is s(-a) / beta**2 to within 2e-8 and joins the first:
+    -(|x| + 1/|beta|) s(-a) / |beta| (past a = 87 e^-a is subnormal and the
+    forward op would flush it where the product is normal). The first
+    term's diff_dst is lifted by a power of two to about 2**120 before the
+    kernel and 1/|beta| divided by it after, so that a result that is normal
+    is normal inside the kernel too (unless |beta| is below about 1e-17 and
+    a above 100, where the lifted factor would have to pass float32's
+    range). In float32 for bfloat16 and float16 data, rounded once by the
+    caller.
     """
-    x = x.astype(beta.dtype)
-    x_sigmoid = bind(x, x, beta, hints)
-    return (x_sigmoid - _softplus_value(hints, x, beta)) / beta
+    ax = lax.abs(x.astype(beta.dtype))
+    ab = lax.abs(beta)
+    inv = lax.reciprocal(ab) * jnp.ones_like(ax)
+    far = ab * ax > _DBETA_SWITCH
+    scale = lax.select(far, ax + inv, ax)
+    # scale * 2**e just below 2**_LIFT_MAX, with 1/|beta| * 2**-e >= 2**-100.
+    e = jnp.minimum(_LIFT_MAX - jnp.frexp(scale)[1], jnp.frexp(inv)[1] + 100)
+    lift = _math.exp2_int(e, ax.dtype)
+    drop = _math.exp2_int(-e, ax.dtype)
+    first = bind(ax, scale * lift, lax.neg(ab), hints) * (inv * drop)
+    second = _softplus_value(hints, lax.neg(ax), ab) / ab
+    second = lax.select(far, jnp.zeros_like(second), second)
+    return lax.neg(first + second)
 
 
 # The value itself carries a JVP: higher-order reverse mode differentiates a
