@@ -6,6 +6,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
@@ -17,8 +18,9 @@ from jax_softplus._primitive import bind
 _softplus_kernel = jax.jit(_math.softplus_kernel, static_argnames=("hints",))
 
 
-# Above |beta x| = 17, log1p(e^-a) = s(-a) to 2e-8 relative (e^-a / 2).
-_DBETA_SWITCH = 17.0
+# Where log1p(e^-a) = s(-a) to below half an ulp (relative error e^-a / 2):
+# above a = 17 in float32, 38 in float64.
+_DBETA_SWITCH = {np.dtype(np.float32): 17.0, np.dtype(np.float64): 38.0}
 # The lifted diff_dst of the far branch stays below 2**_LIFT_MAX.
 _LIFT_MAX = 120
 
@@ -36,7 +38,8 @@ def _dbeta(hints, x, beta):
 
     the first term the backward op with diff_dst = |x|, the second the
     forward op where it has no cancellation either. Above a = 17 the second
-    term is s(-a) / beta**2 to within 2e-8 and joins the first:
+    term is s(-a) / beta**2 to within 2e-8 (above a = 38 in float64, to
+    within 2**-55) and joins the first:
     -(|x| + 1/|beta|) s(-a) / |beta| (past a = 87 e^-a is subnormal and the
     forward op would flush it where the product is normal). The first
     term's diff_dst is lifted by a power of two to about 2**120 before the
@@ -49,7 +52,7 @@ def _dbeta(hints, x, beta):
     ax = lax.abs(x.astype(beta.dtype))
     ab = lax.abs(beta)
     inv = lax.reciprocal(ab) * jnp.ones_like(ax)
-    far = ab * ax > _DBETA_SWITCH
+    far = ab * ax > _DBETA_SWITCH[np.dtype(ax.dtype)]
     scale = lax.select(far, ax + inv, ax)
     # scale * 2**e just below 2**_LIFT_MAX, with 1/|beta| * 2**-e >= 2**-100.
     e = jnp.minimum(_LIFT_MAX - jnp.frexp(scale)[1], jnp.frexp(inv)[1] + 100)
