@@ -61,7 +61,9 @@ def _dbeta(hints, x, beta):
     first = bind(ax, scale * lift, lax.neg(ab), hints) * (inv * drop)
     second = _softplus_value(hints, lax.neg(ax), ab) / ab
     second = lax.select(far, jnp.zeros_like(second), second)
-    return lax.neg(first + second)
+    # The caller sums this: fenced, so that XLA:CPU keeps the kernels in one
+    # loop instead of cutting them up for a library reduction.
+    return _math.fusion_fence(lax.neg(first + second), ax)
 
 
 # The value itself carries a JVP: higher-order reverse mode differentiates a
