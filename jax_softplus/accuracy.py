@@ -297,6 +297,183 @@ def mpmath_spot_check(n=200, seed=1):
     return worst
 
 
+# --- derivatives -------------------------------------------------------------
+
+
+def slope_ref(t):
+    """s(t) s(-t) = e^-|t| / (1 + e^-|t|)**2 in float64 (no overflow)."""
+    with np.errstate(under="ignore"):
+        e = np.exp(-np.abs(t))
+        return e / (1.0 + e) ** 2
+
+
+def dsoftplus_dbeta_ref(x, b):
+    """d softplus / d beta = -(a s(-a) + log1p(e^-a)) / b**2, a = |b x|."""
+    with np.errstate(under="ignore"):
+        a = np.abs(b * x)
+        e = np.exp(-a)
+        return -(a * e / (1.0 + e) + np.log1p(e)) / b**2
+
+
+def _mp_derivatives():
+    """The same quantities in mpmath (for float64), with no cancellation."""
+    import mpmath
+
+    def sig(t):
+        return 1 / (1 + mpmath.exp(-t))
+
+    def dbeta(x, b):
+        a = abs(b * x)
+        return -(a * sig(-a) + mpmath.log1p(mpmath.exp(-a))) / b**2
+
+    return {
+        "d softplus/d beta": dbeta,
+        "d2 softplus/dx2": lambda x, b: b * sig(b * x) * sig(-b * x),
+        "d2 softplus/dx dbeta": lambda x, b: x * sig(b * x) * sig(-b * x),
+        "d softplus_backward/d src": lambda x, b: b * sig(b * x) * sig(-b * x),
+        "d softplus_backward/d beta": lambda x, b: x * sig(b * x) * sig(-b * x),
+    }
+
+
+DERIVATIVE_REFS = {
+    "d softplus/d beta": dsoftplus_dbeta_ref,
+    "d2 softplus/dx2": lambda x, b: b * slope_ref(b * x),
+    "d2 softplus/dx dbeta": lambda x, b: x * slope_ref(b * x),
+    "d softplus_backward/d src": lambda x, b: b * slope_ref(b * x),
+    "d softplus_backward/d beta": lambda x, b: x * slope_ref(b * x),
+}
+
+
+def _derivative_impls(sp, bwd) -> dict[str, Callable]:
+    """Per-element derivatives of a softplus `sp(x, b)` and its backward op
+    `bwd(x, b)` (diff_dst = 1), by JAX autodiff, vectorised over x."""
+    per_x = (0, None)
+    return {
+        "d softplus/d beta": jax.vmap(jax.grad(sp, argnums=1), per_x),
+        "d2 softplus/dx2": jax.vmap(jax.hessian(sp), per_x),
+        "d2 softplus/dx dbeta": jax.vmap(jax.grad(jax.grad(sp), argnums=1), per_x),
+        "d softplus_backward/d src": jax.vmap(jax.grad(bwd), per_x),
+        "d softplus_backward/d beta": jax.vmap(jax.grad(bwd, argnums=1), per_x),
+    }
+
+
+def _derivative_anchors():
+    def ours_bwd(x, b):
+        return softplus_backward(x, jnp.ones_like(x), b)
+
+    def nn_sp(x, b):
+        return jax.nn.softplus(b * x) / b
+
+    def nn_bwd(x, b):
+        return jax.grad(nn_sp)(x, b)  # what jax.nn.softplus autodiff gives
+
+    return {
+        "jax_softplus": _derivative_impls(softplus, ours_bwd),
+        "jax.nn.softplus autodiff": _derivative_impls(nn_sp, nn_bwd),
+    }
+
+
+DERIVATIVE_BETAS = (1.0, 1.7, -2.5, 0.1)
+
+
+def _derivative_ts(n, rng):
+    """t over [-120, 120], and the bands around +-88 (a fifth each)."""
+    k = max(n // 5, 1)
+    return np.concatenate(
+        [
+            rng.uniform(-120, 120, n - 2 * k),
+            rng.uniform(-92, -84, k),
+            rng.uniform(84, 92, k),
+        ]
+    )
+
+
+def measure_derivatives(n=20_000, n64=200, betas=DERIVATIVE_BETAS, seed=0, log=None):
+    """Per-element error of every derivative, in ulps of the exact value.
+
+    float32 against `DERIVATIVE_REFS` (float64, no cancellation) at `n`
+    points per cell; float64 (x64 switched on for the call) against mpmath
+    at 50 digits at `n64` points. Regions: t = beta x over [-120, 120] plus
+    the bands [-92, -84] and [84, 92].
+    """
+    rng = np.random.default_rng(seed)
+    results = []
+    anchors = _derivative_anchors()
+    for beta in betas:
+        x = (_derivative_ts(n, rng) / beta).astype(np.float32)
+        b = np.float32(beta)
+        for quantity, ref_fn in DERIVATIVE_REFS.items():
+            if log:
+                log(f"{quantity} f32 beta={beta}")
+            ref = ref_fn(x.astype(np.float64), np.float64(b))
+            for impl, fns in anchors.items():
+                err = ulp_error(
+                    fns[quantity](jnp.asarray(x), jnp.float32(b)), ref, np.float32
+                )
+                results.append(_derivative_result(quantity, "f32", beta, impl, err))
+    results += _measure_derivatives64(n64, betas, rng, anchors, log)
+    return results
+
+
+def _measure_derivatives64(n, betas, rng, anchors, log):
+    import mpmath
+
+    mpmath.mp.dps = 50
+    refs = _mp_derivatives()
+    results = []
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        for beta in betas:
+            x = _derivative_ts(n, rng) / beta
+            for quantity, ref_fn in refs.items():
+                if log:
+                    log(f"{quantity} f64 beta={beta}")
+                ref = np.array(
+                    [float(ref_fn(mpmath.mpf(v), mpmath.mpf(beta))) for v in x]
+                )
+                for impl, fns in anchors.items():
+                    got = fns[quantity](jnp.asarray(x), jnp.float64(beta))
+                    err = ulp_error(got, ref, np.float64)
+                    results.append(_derivative_result(quantity, "f64", beta, impl, err))
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+    return results
+
+
+def _derivative_result(quantity, dt, beta, impl, err):
+    err = np.where(np.isnan(err), np.inf, err)  # a NaN where the value is normal
+    finite = err[np.isfinite(err)]
+    worst = float(np.nanmax(err)) if err.size else float("nan")
+    mean = float(np.mean(finite)) if finite.size else float("nan")
+    return Result(quantity, dt, beta, "t in [-120, 120]", impl, worst, mean, err.size)
+
+
+def _fmt_ulp(v):
+    if v is None:
+        return ""
+    if not np.isfinite(v):
+        return "NaN/inf"
+    return f"{v:.3g}" if v < 1e4 else f"{v:.1e}"
+
+
+def derivatives_markdown(results) -> str:
+    """Max ulp per quantity x dtype, over the betas, one column per impl."""
+    impls = list(dict.fromkeys(r.impl for r in results))
+    cells: dict = {}
+    for r in results:
+        key = (r.op, r.dtype)
+        row = cells.setdefault(key, {})
+        row[r.impl] = max(row.get(r.impl, 0.0), r.max_ulp)
+    out = ["| quantity | dtype | " + " | ".join(impls) + " |"]
+    out.append("|---|---|" + "---:|" * len(impls))
+    for (quantity, dt), row in cells.items():
+        vals = [row.get(i) for i in impls]
+        txt = [_fmt_ulp(v) for v in vals]
+        out.append(f"| {quantity} | {dt} | " + " | ".join(txt) + " |")
+    return "\n".join(out) + "\n"
+
+
 def print_table(results, file=None):
     file = sys.stdout if file is None else file
     head = (
@@ -395,6 +572,11 @@ def main(argv=None):
     p.add_argument("--plot", metavar="PNG", help="write the ulp-vs-t plot")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--markdown", metavar="PATH", help="write the summary table")
+    p.add_argument(
+        "--no-derivatives",
+        action="store_true",
+        help="skip the table of derivatives (d/d beta, second derivatives)",
+    )
     args = p.parse_args(argv)
     try:
         dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
@@ -408,6 +590,14 @@ def main(argv=None):
     results = measure(n=args.n, dtypes=dtypes, betas=betas, log=log)
     print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
     print_table(results)
+    derivatives = []
+    if not args.no_derivatives:
+        derivatives = measure_derivatives(betas=DERIVATIVE_BETAS, log=log)
+        print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+        print("\nEvery derivative, per element (PyTorch has no beta derivative):")
+        print_table(derivatives)
+        print("\nMax over betas 1, 1.7, -2.5, 0.1:")
+        print(derivatives_markdown(derivatives))
     spot = None
     if not args.no_mpmath:
         spot = mpmath_spot_check()
@@ -419,10 +609,20 @@ def main(argv=None):
         print(f"\nplot written to {args.plot}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": [asdict(r) for r in results], "mpmath": spot}, f)
+            json.dump(
+                {
+                    "results": [asdict(r) for r in results],
+                    "derivatives": [asdict(r) for r in derivatives],
+                    "mpmath": spot,
+                },
+                f,
+            )
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown_summary(results))
+            if derivatives:
+                f.write("\n**derivatives**, max error in ulps\n\n")
+                f.write(derivatives_markdown(derivatives))
     return results
 
 

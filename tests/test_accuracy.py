@@ -88,3 +88,14 @@ def test_the_cli_takes_the_long_dtype_names(capsys):
     with pytest.raises(SystemExit):
         accuracy.main(["--dtypes", "int8"])
     assert "unknown dtype 'int8'" in capsys.readouterr().err
+
+
+def test_the_cli_measures_every_derivative():
+    rows = accuracy.measure_derivatives(n=500, n64=20, betas=(1.7,))
+    ours = {(r.op, r.dtype): r.max_ulp for r in rows if r.impl == "jax_softplus"}
+    assert len(ours) == 2 * len(accuracy.DERIVATIVE_REFS)
+    assert max(ours.values()) <= 4.0, ours
+    nn = [r.max_ulp for r in rows if r.impl == "jax.nn.softplus autodiff"]
+    assert max(nn) > 1e6  # the anchor fails in the tails: the sample reaches them
+    table = accuracy.derivatives_markdown(rows)
+    assert "d softplus/d beta | f64" in table
