@@ -45,7 +45,7 @@ def softplus_backward(
         `beta`; a concrete `beta` that is NaN, infinite or beyond the float32
         range; or an operand that was donated (deleted) earlier.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> from jax_softplus import softplus_backward
       >>> softplus_backward(jnp.array([-1.0, 0.0, 2.0]), jnp.ones(3), beta=2.0)
@@ -98,7 +98,7 @@ def softplus_backward_inplace(
       TypeError, ValueError: as `softplus_backward`, including for a
         `diff_dst` that an earlier call already donated.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> from jax_softplus import softplus_backward_inplace
       >>> g = jnp.ones(3)

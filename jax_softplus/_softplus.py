@@ -145,7 +145,7 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       ValueError: a non-scalar `beta`, or a concrete `beta` that is 0, NaN,
         infinite or beyond the float32 range.
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp
       >>> from jax_softplus import softplus
       >>> softplus(jnp.array([-20.0, 0.0, 100.0]))

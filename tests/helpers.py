@@ -8,6 +8,8 @@ import numpy as np
 from jax_softplus.accuracy import backward_ref, softplus_ref, ulp_error
 
 __all__ = [
+    "dtype_id",
+    "seed_of",
     "run_on_eight_devices",
     "BETAS",
     "EXTREME_BETAS",
@@ -36,6 +38,19 @@ ULP_BOUND = {
     np.dtype(jnp.float16): 1.0,
     np.dtype(jnp.float64): 4.0,
 }
+
+
+def dtype_id(dtype) -> str:
+    """pytest id of a dtype parameter: its name ("float32", "bfloat16")."""
+    return np.dtype(dtype).name
+
+
+def seed_of(*parts) -> int:
+    """A fixed seed from a test's parameters: the same on every run (Python
+    salts its string hashes per process, so hash() would not replay)."""
+    import zlib
+
+    return zlib.crc32(repr(parts).encode())
 
 
 def run_on_eight_devices(*args: str, timeout: float):

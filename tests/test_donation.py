@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import DTYPES
+from helpers import DTYPES, dtype_id
 
 from jax_softplus import (
     _dispatch,
@@ -25,7 +25,7 @@ def _inputs(dtype):
     return src, dd
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("keyword", (False, True))
 def test_diff_dst_is_donated_and_reused(dtype, keyword):
     src, dd = _inputs(dtype)
@@ -48,7 +48,7 @@ def test_diff_dst_is_donated_and_reused(dtype, keyword):
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_one_array_as_src_and_diff_dst(dtype):
     # Donating a buffer that the same call also reads is refused by the
     # runtime (JaxRuntimeError at execution); the wrapper passes it once.
@@ -64,7 +64,7 @@ def test_one_array_as_src_and_diff_dst(dtype):
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_memory_analysis_shows_alias_and_no_temporary(dtype):
     src, dd = _inputs(dtype)
     compiled = softplus_backward_inplace.lower(src, dd, 1.7).compile()
@@ -164,7 +164,7 @@ def test_own_jits_compile_wide_vectors_with_the_same_bits():
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU options")
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_tuned_cpu_options_drop_the_fwd_bwd_copy_with_the_same_bits(dtype):
     # A donated x read by the backward and overwritten by the forward output:
     # XLA's default copy insertion copies x into a temporary; with region

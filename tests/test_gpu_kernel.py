@@ -21,6 +21,7 @@ from helpers import (
     EXTREME_BETAS,
     ULP_BOUND,
     backward_ref,
+    dtype_id,
     max_ulp,
     random_dd,
     random_src,
@@ -42,7 +43,7 @@ def _run(src, dd, beta):
     return _kernel(src, dd, jnp.float32(beta))
 
 
-@pytest.mark.parametrize("dtype", HALF, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", HALF, ids=dtype_id)
 @pytest.mark.parametrize("beta", (*BETAS, 0.0, 1.7, 0.1, *EXTREME_BETAS))
 def test_matches_float64_reference(dtype, beta):
     rng = np.random.default_rng(11)
@@ -65,7 +66,7 @@ def test_bfloat16_tail_with_huge_diff_dst(beta):
     assert max_ulp(_run(src, dd, beta), ref, jnp.bfloat16) <= 1.0
 
 
-@pytest.mark.parametrize("dtype", HALF, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", HALF, ids=dtype_id)
 def test_specials_match_the_portable_kernel(dtype):
     # NaN, inf, zeros and the deep tail: the same values as the portable kernel
     # (NaN payloads aside), including inf * sigmoid(finite t) = inf and

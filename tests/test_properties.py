@@ -4,7 +4,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import DTYPES, ULP_BOUND, backward_ref, f64, softplus_ref, ulp_error
+from helpers import (
+    DTYPES,
+    ULP_BOUND,
+    backward_ref,
+    dtype_id,
+    f64,
+    softplus_ref,
+    ulp_error,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -195,7 +203,7 @@ def test_sigmoid_symmetry_identity(case):
 SWEEP_BETAS = (1.0, 1.7, -0.37, 40.0, 0.0, 1e-20, 1e20, 2.0**-100, 3e38, -1e-35)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_random_bit_patterns_against_reference(dtype):
     # Every float32 bit pattern is equally likely (NaNs, infinities,
     # subnormals, huge and tiny values), rounded to dtype; a bounded version

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import DTYPES
+from helpers import DTYPES, dtype_id
 
 from jax_softplus import (
     _dispatch,
@@ -44,7 +44,7 @@ BETAS = {
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("beta", BETAS, ids=str)
 def test_eager_calls_make_no_implicit_transfer(dtype, beta):
     for name, call in _entry_points(dtype).items():
