@@ -41,7 +41,7 @@ _F32 = np.float32
 _I32 = np.int32
 _BF16 = jnp.dtype(jnp.bfloat16)
 
-# ln 2 split so that k * _LN2_HI is exact for |k| < 2**8.
+# ln 2 split so that k * _LN2_HI is exact for |k| < 2**15 (_LN2_HI has 9 bits).
 _LN2_HI = _F32(0.693359375)
 _LN2_LO = _F32(-2.12194440e-4)
 _LOG2E = _F32(1.4426950408889634)
@@ -50,12 +50,16 @@ _LOG2E = _F32(1.4426950408889634)
 # which must also handle NaN and overflow.
 _MAGIC = _F32(12582912.0)
 _MAGIC_BITS = _I32(0x4B400000)
-# Clamps for -t. Below -_ZMAX, sigmoid(t) rounds to 1. Beyond _ZDEEP,
-# dd * exp(-z) < 2**-150 for every finite dd, so the result rounds to 0.
+# Clamps of z = -t in the backward kernels. Below -_ZMAX sigmoid(t) is 1 to
+# far below rounding (already below z = -17.4, where exp(z) < 2**-25); the
+# value keeps k = round(z / ln 2) >= -253, the range that `_scale_bits`
+# and `_deep_tail` are written for: 175.5 / ln 2 = 253.2.
 _ZMAX = _F32(175.5)
 # The forward op's clamp of |t|: beyond it e**-|t| / beta is below the
 # normal range for every normal beta, and k = round(-|t| / ln 2) >= -253.
 _ZFWD = _F32(175.0)
+# Beyond z = _ZDEEP, dd * exp(-z) < 2**-150 for every finite dd (< 2**128):
+# 278 ln 2 = 192.7, so the result rounds to 0.
 _ZDEEP = _F32(192.8)
 # Coefficients of q in expm1(r) = r + r**2 * q(r) on [-ln 2 / 2, ln 2 / 2],
 # highest first (a minimax fit of the error relative to exp(r): below
@@ -233,7 +237,7 @@ def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True):
     z, zl = _product(nbeta, x, compensate, _ZDEEP)
     k, p = _exp_reduce(lax.clamp(-_ZMAX, z, _ZDEEP), zl)
     k, dd = _deep_tail(k, src, dd, beta)
-    # exp(-t) = 2**k (1 + p). K = clip(k, 0, 126) scales D into range.
+    # exp(-t) = 2**k (1 + p). K = clip(k - 1, 0, 126) scales D into range.
     x_bits, y_bits = _scale_bits(k)
     # D = big + (small + p * x_scale): one rounding of size ulp(D). Both
     # scales are powers of two (or 0), ordered like their bit patterns.
@@ -299,6 +303,10 @@ def sigmoid_times_f16(src, dd, beta):
     dd / (1 + exp(-t)), with exp(-t) capped at exp(88) so that inf * sigmoid(t)
     stays inf for finite t, and 0 below the normal range.
     """
+    # -t >= -104: exp(-104) is below float32's smallest subnormal (e**-103.3),
+    # so e rounds to 0 there anyway, and k stays above -151. -t <= 88:
+    # exp(88) < float32's max (e**88.7), so e + 1 is finite and inf * sigmoid
+    # stays inf; 65504 / exp(88) is far below float16's smallest subnormal.
     k, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -beta * src, _F32(88.0)))
     e = q * _pow2(lax.max(k, _I32(-127)))
     out = dd / (e + _F32(1))

@@ -26,10 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.bench import (
-    DTYPES,  # noqa: E402
-    parse_dtype,
-)
+from jax_softplus.bench import DTYPES, parse_dtype, require
 
 BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
 
@@ -563,11 +560,15 @@ def plot(path, beta=1.7, n=400_000, bins=200, seed=0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.accuracy", description=__doc__.splitlines()[0]
+        prog="python -m jax_softplus.accuracy",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("-n", type=int, default=200_000, help="samples per cell")
-    p.add_argument("--dtypes", default="f32,bf16,f16")
-    p.add_argument("--betas", default=",".join(str(b) for b in BETAS))
+    p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
+    p.add_argument(
+        "--betas", default=",".join(str(b) for b in BETAS), help="comma list"
+    )
     p.add_argument("--no-mpmath", action="store_true", help="skip the mpmath check")
     p.add_argument("--plot", metavar="PNG", help="write the ulp-vs-t plot")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
@@ -583,6 +584,12 @@ def main(argv=None):
         betas = [float(b) for b in args.betas.split(",") if b.strip()]
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
+    if not args.no_mpmath:
+        require("mpmath", "the mpmath check (skip it with --no-mpmath)", p)
+    if not args.no_derivatives:
+        require("mpmath", "the derivatives table (skip it with --no-derivatives)", p)
+    if args.plot:
+        require("matplotlib", "--plot", p)
 
     def log(msg):
         print(f"\r{msg:70}", end="", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ not. `beta` is passed as a traced argument throughout.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -358,6 +359,16 @@ def _parse_size(text):
     return n
 
 
+def require(module, option, parser):
+    """Fail before any work if `option` needs an optional package that is
+    missing, naming the extra that installs it."""
+    if importlib.util.find_spec(module) is None:
+        parser.error(
+            f"{option} needs {module}, which is not installed: "
+            "pip install 'jax-softplus[bench]'"
+        )
+
+
 def parse_dtype(text):
     """'f32' or 'float32' (and so on) to the short name used in the table."""
     name = text.strip().lower()
@@ -462,12 +473,14 @@ def machine() -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.bench", description=__doc__.splitlines()[0]
+        prog="python -m jax_softplus.bench",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--sizes", default="1M,16M", help="comma list, e.g. 1K,16M")
-    p.add_argument("--dtypes", default="f32,bf16,f16")
-    p.add_argument("--betas", default="1.0,1.7")
-    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
+    p.add_argument("--betas", default="1.0,1.7", help="comma list")
+    p.add_argument("--repeats", type=int, default=15, help="interleaved rounds")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     p.add_argument("--fwd-bwd", action="store_true", help="also time fwd+bwd")
     p.add_argument(
@@ -492,6 +505,10 @@ def main(argv=None):
         p.error(str(err))
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.plot:
+        require("matplotlib", "--plot", p)
+    if not args.no_torch and importlib.util.find_spec("torch") is None:
+        print("PyTorch is not installed: its columns are skipped (pip install torch).")
     jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
     total = len(jobs) + (len(sizes) * len(dtypes) if args.fwd_bwd else 0)
     total += bool(scaling) + bool(args.train_step)

@@ -99,3 +99,30 @@ def test_the_cli_measures_every_derivative():
     assert max(nn) > 1e6  # the anchor fails in the tails: the sample reaches them
     table = accuracy.derivatives_markdown(rows)
     assert "d softplus/d beta | f64" in table
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing"),
+    [
+        ([], "mpmath"),
+        (["--no-mpmath", "--no-derivatives", "--plot", "x.png"], "matplotlib"),
+    ],
+)
+def test_missing_optional_packages_are_named_before_any_work(
+    monkeypatch, capsys, argv, missing
+):
+    # Both died with ModuleNotFoundError after the whole run.
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == missing else real(name, *a),
+    )
+    called = []
+    monkeypatch.setattr(accuracy, "measure", lambda **kw: called.append(kw) or [])
+    with pytest.raises(SystemExit):
+        accuracy.main(["--dtypes", "f32", *argv])
+    assert not called
+    assert "pip install 'jax-softplus[bench]'" in capsys.readouterr().err
