@@ -1,5 +1,6 @@
 """The lowering: plain StableHLO, one loop fusion, export to every platform."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -191,6 +192,13 @@ def test_training_step_fuses_like_jax_nn_softplus():
     assert ours[2] == ref[2] == 0 or ours[2] <= ref[2], counts
 
 
+def _loops_reading_x(jitted, *args):
+    """Fusions in the compiled entry computation that read parameter x."""
+    entry = jitted.lower(*args).compile().as_text().split("ENTRY", 1)[1]
+    operands = re.findall(r"fusion\(([^)]*)\)", entry)
+    return sum("%x" in ops for ops in operands), entry
+
+
 @pytest.mark.parametrize(
     "reduce",
     [jnp.sum, jnp.mean, lambda y: jnp.vdot(y, y)],
@@ -202,8 +210,9 @@ def test_a_reduction_keeps_the_kernel_in_one_loop(reduce):
     # 9 ms at 16M elements); the lowering's last op now ends that claim.
     x = jnp.ones(1 << 16)
     f = jax.jit(lambda x: reduce(softplus_backward(x, x, 1.7)))
-    entry = f.lower(x).compile().as_text().split("ENTRY", 1)[1]
-    assert entry.count("fusion(") <= 3, entry
-    beta_grad = jax.jit(jax.grad(lambda b: jnp.sum(softplus(x, b))))
-    entry = beta_grad.lower(1.7).compile().as_text().split("ENTRY", 1)[1]
-    assert entry.count("fusion(") <= 4, entry
+    loops, entry = _loops_reading_x(f, x)
+    assert loops == 1, entry
+    # The beta gradient: one loop for both kernels of d softplus / d beta.
+    beta_grad = jax.jit(jax.grad(lambda b, x: jnp.sum(softplus(x, b))))
+    loops, entry = _loops_reading_x(beta_grad, 1.7, x)
+    assert loops == 1, entry
