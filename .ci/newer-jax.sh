@@ -25,8 +25,10 @@ if [ ! -x "$root/usr/bin/python3" ]; then
         trixie "$root" http://deb.debian.org/debian >/dev/null ||
         cannot "debootstrap of Debian trixie failed"
 fi
-# The host's name resolution and certificates (a proxy's CA included).
+# The host's name resolution and certificates (a proxy's CA included); gloo's
+# CPU collectives (the multi-process test) resolve this machine's hostname.
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+cp /etc/hosts "$root/etc/hosts"
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 # XLA's CPU runtime reads /proc (cpuinfo, memory); mounted for this run only.
 if ! mountpoint -q "$root/proc"; then

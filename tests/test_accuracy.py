@@ -65,6 +65,7 @@ def test_cli_prints_a_table(capsys, tmp_path):
             "--betas",
             "1.7",
             "--no-mpmath",
+            "--no-derivatives",
             "--json",
             str(out),
         ]
@@ -91,14 +92,15 @@ def test_the_cli_takes_the_long_dtype_names(capsys):
 
 
 def test_the_cli_measures_every_derivative():
-    rows = accuracy.measure_derivatives(n=500, n64=20, betas=(1.7,))
+    # float32 only here: tests/test_derivatives.py covers float64.
+    rows = accuracy.measure_derivatives(n=500, betas=(1.7,), dtypes=("f32",))
     ours = {(r.op, r.dtype): r.max_ulp for r in rows if r.impl == "jax_softplus"}
-    assert len(ours) == 2 * len(accuracy.DERIVATIVE_REFS)
+    assert len(ours) == len(accuracy.DERIVATIVE_REFS)
     assert max(ours.values()) <= 4.0, ours
     nn = [r.max_ulp for r in rows if r.impl == "jax.nn.softplus autodiff"]
     assert max(nn) > 1e6  # the anchor fails in the tails: the sample reaches them
     table = accuracy.derivatives_markdown(rows)
-    assert "d softplus/d beta | f64" in table
+    assert "d softplus/d beta | f32" in table
 
 
 @pytest.mark.parametrize(
