@@ -33,7 +33,8 @@ import numpy as np
 
 from jax_softplus import _math, softplus_backward_inplace
 from jax_softplus._validate import BetaHints
-from jax_softplus.bench import DTYPES, mlp_step, train_step_activations
+from jax_softplus.tools._common import DTYPES
+from jax_softplus.tools.bench import mlp_step, train_step_activations
 
 
 def _timed(fn, iters):

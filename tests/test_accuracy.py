@@ -4,7 +4,7 @@ with the same tool that produces docs/accuracy.md."""
 import numpy as np
 import pytest
 
-from jax_softplus import accuracy
+from jax_softplus.tools import accuracy
 
 BOUND = {"f32": 2.5, "bf16": 1.0, "f16": 1.0}
 

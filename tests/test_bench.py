@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from jax_softplus import bench
+from jax_softplus.tools import bench
 
 
 def test_cli_runs_every_section(tmp_path, capsys):
@@ -62,3 +62,14 @@ def test_bad_options_are_usage_errors(argv, needle, capsys):
         bench.main(argv)
     assert exc.value.code == 2
     assert needle in capsys.readouterr().err
+
+
+def test_the_machine_is_named(capsys):
+    # Figures move between CPUs (1.2x or 1.7x a donated a*b): every table
+    # says which one it was measured on.
+    m = bench.machine()
+    assert m["cpu"] and m["cores"] >= 1 and m["jax"]
+    bench.main(["--sizes", "1K", "--repeats", "1", "--dtypes", "f32", "--betas", "1.0"])
+    out = capsys.readouterr().out.splitlines()
+    line = next(row for row in out if row.startswith("machine:"))
+    assert m["cpu"] in line and "cores" in line and m["jax"] in line

@@ -174,7 +174,7 @@ def test_training_step_fuses_like_jax_nn_softplus():
     # The op's forward and backward join the neighbouring fusions: no extra
     # fusion, copy or custom call compared with the same step on
     # jax.nn.softplus. On the CPU; see the mark for the GPU.
-    from jax_softplus.bench import mlp_step, train_step_activations
+    from jax_softplus.tools.bench import mlp_step, train_step_activations
 
     counts = {}
     for name, act in train_step_activations().items():

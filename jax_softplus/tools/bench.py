@@ -1,4 +1,4 @@
-"""Benchmark: `python -m jax_softplus.bench`.
+"""Benchmark: `python -m jax_softplus.tools.bench`.
 
 Every figure is a ratio to a floor timed in the same run, interleaved with
 the method it is compared to, in the same mode:
@@ -17,6 +17,7 @@ not. `beta` is passed as a traced argument throughout.
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import json
 import os
@@ -36,9 +37,14 @@ from jax_softplus import (
     softplus_backward,
     softplus_backward_inplace,
 )
-
-DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
-_DTYPE_ALIASES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+from jax_softplus.tools._common import (
+    DTYPES,
+    naive_backward,
+    parse_dtype,
+    require,
+    to_torch,
+    torch_or_none,
+)
 
 
 @dataclass
@@ -52,13 +58,6 @@ class Row:
     ratio: float  # median of per-round ratios to the floor of the same mode
     gbps: float  # (2 reads + 1 write) / median time
     spread: float  # (p90 - p10) / median of the method's times
-
-
-def _naive(src, dd, beta):
-    """The plain formula, computed in float32 and rounded once."""
-    f32 = jnp.float32
-    out = dd.astype(f32) * jax.nn.sigmoid(beta.astype(f32) * src.astype(f32))
-    return out.astype(dd.dtype)
 
 
 def _mul(src, dd, beta):
@@ -98,19 +97,11 @@ def _torch_methods(src, dd, beta):
     # PyTorch's OpenMP threads spin after each call by default and would slow
     # whatever XLA runs next in the interleaved round.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    try:
-        import torch
-    except ImportError:
+    torch = torch_or_none()
+    if torch is None:
         return {}
     torch.set_num_threads(_cpu_count())
-    tdt = {
-        jnp.float32: torch.float32,
-        jnp.bfloat16: torch.bfloat16,
-        jnp.float16: torch.float16,
-    }[src.dtype.type]
-    # Writable host copies: PyTorch warns about read-only NumPy arrays.
-    ts = torch.from_numpy(np.array(src.astype(jnp.float32))).to(tdt)
-    td = torch.from_numpy(np.array(dd.astype(jnp.float32))).to(tdt)
+    ts, td = to_torch(torch, src), to_torch(torch, dd)
     out = torch.empty_like(td)
     op = torch.ops.aten.softplus_backward
     return {
@@ -214,7 +205,7 @@ def bench_backward(n, dt, beta, repeats, progress, torch=True):
     donated = {
         "a*b (floor)": _Donated(donate(_mul), src, dd, b),
         "jax_softplus": _Donated(softplus_backward_inplace, src, dd, b),
-        "naive XLA": _Donated(donate(_naive), src, dd, b),
+        "naive XLA": _Donated(donate(naive_backward), src, dd, b),
     }
     if tm:
         donated["torch (out=)"] = tm["torch (out=)"]
@@ -224,7 +215,7 @@ def bench_backward(n, dt, beta, repeats, progress, torch=True):
     fresh = {
         "a*b (floor)": _Fresh(jax.jit(_mul), src, dd, b),
         "jax_softplus": _Fresh(softplus_backward, src, dd, b),
-        "naive XLA": _Fresh(jax.jit(_naive), src, dd, b),
+        "naive XLA": _Fresh(jax.jit(naive_backward), src, dd, b),
     }
     if dt == "f32":
         s_np, d_np = np.asarray(src), np.asarray(dd)
@@ -359,26 +350,6 @@ def _parse_size(text):
     return n
 
 
-def require(module, option, parser):
-    """Fail before any work if `option` needs an optional package that is
-    missing, naming the extra that installs it."""
-    if importlib.util.find_spec(module) is None:
-        parser.error(
-            f"{option} needs {module}, which is not installed: "
-            "pip install 'jax-softplus[bench]'"
-        )
-
-
-def parse_dtype(text):
-    """'f32' or 'float32' (and so on) to the short name used in the table."""
-    name = text.strip().lower()
-    name = _DTYPE_ALIASES.get(name, name)
-    if name not in DTYPES:
-        choices = ", ".join(f"{k} ({v})" for v, k in _DTYPE_ALIASES.items())
-        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; choose {choices}")
-    return name
-
-
 def _fmt_size(n):
     for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= scale and n % scale == 0:
@@ -460,20 +431,63 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
+# The vector extensions that decide how wide XLA's loops are and whether
+# half-precision arithmetic is native.
+_ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+              "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "asimd",
+              "sve", "bf16", "fphp")  # fmt: skip
+
+
+def _cpu_info() -> dict:
+    """CPU model, vector ISA flags and cache sizes, from Linux's /proc and
+    /sys where they exist (empty fields elsewhere)."""
+    info = {"model": platform.processor() or platform.machine(), "isa": []}
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model") and value.strip():
+            info["model"] = value.strip()
+        elif key in ("flags", "Features") and not info["isa"]:
+            flags = set(value.split())
+            info["isa"] = [f for f in _ISA_FLAGS if f in flags]
+    caches = {}
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            level = open(f"{index}/level").read().strip()
+            kind = open(f"{index}/type").read().strip()
+            size = open(f"{index}/size").read().strip()
+        except OSError:
+            continue
+        name = f"L{level}" + (
+            "d" if kind == "Data" else "i" if kind == "Instruction" else ""
+        )
+        caches[name] = size
+    info["caches"] = caches
+    return info
+
+
 def machine() -> dict:
+    """What the figures depend on: printed with every table, kept in --json."""
+    cpu = _cpu_info()
     return {
+        "cpu": cpu["model"],
+        "cores": _cpu_count(),
+        "isa": " ".join(cpu["isa"]),
+        "caches": cpu["caches"],
         "jax": jax.__version__,
         "backend": jax.default_backend(),
-        "devices": [str(d) for d in jax.devices()],
-        "cpu": platform.processor() or platform.machine(),
+        "devices": [str(d) for d in jax.devices()][:4],
         "python": platform.python_version(),
-        "cores": _cpu_count(),
     }
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.bench",
+        prog="python -m jax_softplus.tools.bench",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -545,7 +559,11 @@ def main(argv=None):
         rows += bench_train_step(args.repeats, progress_for("train step"))
         done[0] += 1
     print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
-    print(f"machine: {machine()}")
+    m = machine()
+    print(
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['isa'] or 'ISA unknown'}, "
+        f"caches {m['caches'] or 'unknown'}; jax {m['jax']} on {m['backend']}"
+    )
     print_table(rows)
     if args.json:
         with open(args.json, "w") as f:

@@ -1,4 +1,4 @@
-"""Accuracy measurement: `python -m jax_softplus.accuracy`.
+"""Accuracy measurement: `python -m jax_softplus.tools.accuracy`.
 
 Prints the max and mean error in ulps of the result's dtype, per op x dtype
 x beta x input region, for jax_softplus and, in the same run, for the
@@ -26,7 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.bench import DTYPES, parse_dtype, require
+from jax_softplus.tools._common import (
+    DTYPES,
+    naive_backward,
+    parse_dtype,
+    require,
+    to_torch,
+    torch_or_none,
+)
 
 BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
 
@@ -128,25 +135,20 @@ def _inputs(n, beta, dtype, region, rng):
 
 
 def _backward_impls(dtype) -> dict[str, Callable]:
-    def naive(src, dd, beta):
-        f32 = jnp.float32
-        out = dd.astype(f32) * jax.nn.sigmoid(jnp.float32(beta) * src.astype(f32))
-        return out.astype(dd.dtype)
-
     def nn_vjp(src, dd, beta):
         f = lambda x: jax.nn.softplus(beta * x) / beta  # noqa: E731
         return jax.vjp(f, src)[1](dd)[0]
 
     impls = {
         "jax_softplus": jax.jit(softplus_backward),
-        "naive XLA": jax.jit(naive),
+        "naive XLA": jax.jit(naive_backward),
         "jax.vjp(jax.nn.softplus)": jax.jit(nn_vjp),
     }
-    torch = _torch()
+    torch = torch_or_none()
     if torch is not None:
 
         def torch_bwd(src, dd, beta):
-            ts, td = _to_torch(torch, src), _to_torch(torch, dd)
+            ts, td = to_torch(torch, src), to_torch(torch, dd)
             out = torch.ops.aten.softplus_backward(td, ts, float(beta), 20.0)
             return _from_torch(out, dtype)
 
@@ -162,32 +164,15 @@ def _forward_impls(dtype) -> dict[str, Callable]:
         "jax_softplus": jax.jit(softplus),
         "jax.nn.softplus": jax.jit(nn_softplus),
     }
-    torch = _torch()
+    torch = torch_or_none()
     if torch is not None:
 
         def torch_fwd(x, beta):
-            out = torch.nn.functional.softplus(_to_torch(torch, x), float(beta), 20.0)
+            out = torch.nn.functional.softplus(to_torch(torch, x), float(beta), 20.0)
             return _from_torch(out, dtype)
 
         impls["torch softplus"] = torch_fwd
     return impls
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def _to_torch(torch, x):
-    dt = {
-        np.dtype(jnp.float32): torch.float32,
-        np.dtype(jnp.bfloat16): torch.bfloat16,
-        np.dtype(jnp.float16): torch.float16,
-    }[np.dtype(x.dtype)]
-    return torch.from_numpy(np.array(x.astype(jnp.float32))).to(dt)
 
 
 def _from_torch(t, dtype):
@@ -563,7 +548,7 @@ def plot(path, beta=1.7, n=400_000, bins=200, seed=0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.accuracy",
+        prog="python -m jax_softplus.tools.accuracy",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -1,0 +1,9 @@
+"""Measurement tools beside the op, not part of it.
+
+- `python -m jax_softplus.tools.bench`: time the op against an XLA `a * b`,
+  the naive formula, `jax.nn.softplus` autodiff and PyTorch (if installed).
+- `python -m jax_softplus.tools.accuracy`: error in ulps of every value and
+  derivative against float64 and mpmath references.
+
+Their plots and the mpmath check need the `[bench]` extra.
+"""
