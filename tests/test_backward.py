@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import (
-    BETAS,
     DTYPES,
     EXTREME_BETAS,
     ULP_BOUND,
@@ -15,7 +14,6 @@ from helpers import (
     max_ulp,
     random_dd,
     random_src,
-    seed_of,
 )
 
 from jax_softplus import (
@@ -26,18 +24,6 @@ from jax_softplus import (
 )
 
 N = 20_000
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("beta", (*BETAS, 0.0, 1.7, 0.1))
-def test_matches_float64_reference(dtype, beta):
-    rng = np.random.default_rng(seed_of(np.dtype(dtype).name, beta))
-    src = random_src(rng, N, beta, dtype)
-    dd = random_dd(rng, N, dtype)
-    got = softplus_backward(src, dd, beta)
-    assert got.dtype == dtype and got.shape == src.shape
-    err = max_ulp(got, backward_ref(src, dd, beta), dtype)
-    assert err <= ULP_BOUND[np.dtype(dtype)], err
 
 
 @pytest.mark.parametrize("beta", (1.0, 1.7, -2.5, 0.1))
