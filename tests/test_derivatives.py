@@ -20,28 +20,15 @@ import pytest
 from helpers import ulp_error
 
 from jax_softplus import softplus, softplus_backward
+from jax_softplus.tools import references
 
 BETAS = (1.0, 1.7, -2.5, 0.1)
 BOUND = 4.0  # ulps, float32 and float64 alike
 VALUE_BOUND = 2.5
 
 
-def _sig(t):
-    return 0.5 * (1.0 + np.tanh(0.5 * t))  # no overflow, symmetric
-
-
-def _slope(t):
-    """s(t) s(-t) = e^-|t| / (1 + e^-|t|)**2, in float64."""
-    e = np.exp(-np.abs(t))
-    return e / (1.0 + e) ** 2
-
-
-# Exact float64 references from the rounded float32 inputs (x, b in float64:
-# b * x is exact there, 24 + 24 bits).
-def _dsp_dbeta(x, b):
-    a = np.abs(b * x)
-    e = np.exp(-a)
-    return -(a * e / (1.0 + e) + np.log1p(e)) / b**2
+_slope = references.slope_ref
+_dsp_dbeta = references.dsoftplus_dbeta_ref
 
 
 REFERENCES = {
