@@ -117,7 +117,8 @@ def softplus_backward_inplace(
 
 def _lower(src, diff_dst, beta=1.0):
     """Lower for any beta: the executable takes beta as an argument."""
-    return _dispatch.inplace_lower(*_validated(src, diff_dst, beta)[:4])
+    src, diff_dst, _, checked, _ = _validated(src, diff_dst, beta)
+    return _dispatch.inplace_lower(src, diff_dst, checked)
 
 
 softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]

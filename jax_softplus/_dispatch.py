@@ -7,8 +7,9 @@ Three ways in, one primitive:
   the forward kernel) into the surrounding computation.
 - **Eager, at the top level**: the op runs one of the library's own jits,
   compiled with 512-bit CPU vectors, with `beta` as an argument on the device
-  beside the data. This skips the Python of `bind` and JAX's dispatch,
-  about 20-35 us of a 50 us call at 1K elements (benchmarks/README.md).
+  beside the data. This skips the Python of `bind` and JAX's dispatch:
+  16 us a call at 1K elements against 35 us through `apply_primitive` and
+  51 us through `bind` (docs/primitive.md, "Dispatch").
 - **The primitive's impl** (a direct `bind`, `disable_jit`, the op-by-op
   re-run of `debug_nans`, eager transformations): JAX's own
   `apply_primitive`, as for `lax.mul`. Under `debug_nans` it reports a NaN
@@ -80,16 +81,12 @@ def call(eager, traced, data: tuple, beta: Any, checked: Any, hints: BetaHints):
     return traced(*data, checked, hints)
 
 
-def _bind(src, diff_dst, beta, hints):
-    return bind(src, diff_dst, beta, hints)
-
-
-backward = own_jit(_bind, static_argnames=("hints",))
+backward = own_jit(bind, static_argnames=("hints",))
 
 
 def backward_call(src, diff_dst, beta, checked, hints):
     """`softplus_backward` on validated operands."""
-    return call(backward, _bind, (src, diff_dst), beta, checked, hints)
+    return call(backward, bind, (src, diff_dst), beta, checked, hints)
 
 
 # In place --------------------------------------------------------------------
@@ -122,7 +119,13 @@ _inplace_self_jit = own_jit(
 
 
 def _layout(src, diff_dst):
-    """diff_dst's sharding where src is laid out otherwise, else None."""
+    """diff_dst's sharding where src is laid out otherwise, else None.
+
+    Only a committed diff_dst chooses the layout; an uncommitted one follows
+    src (`_follow_src`).
+    """
+    if not diff_dst.committed:
+        return None
     mine, theirs = diff_dst.sharding, src.sharding
     if mine == theirs or mine.is_equivalent_to(theirs, diff_dst.ndim):
         return None
@@ -137,7 +140,10 @@ def _follow_src(src, diff_dst):
     buffer that is donated, and the result is laid out as src, as the plain
     op's is.
     """
-    if src.committed and not diff_dst.committed and _layout(src, diff_dst):
+    if src.committed and not diff_dst.committed:
+        mine, theirs = diff_dst.sharding, src.sharding
+        if mine == theirs or mine.is_equivalent_to(theirs, diff_dst.ndim):
+            return diff_dst
         moved = jax.device_put(diff_dst, src.sharding)
         diff_dst.delete()  # its content now lives in `moved`, donated below
         return moved
@@ -187,20 +193,19 @@ def _warn_not_donated():
     )
 
 
-def inplace_lower(src, diff_dst, beta, checked):
+def inplace_lower(src, diff_dst, checked):
     """`softplus_backward_inplace.lower`: compiled for any beta (no hints)."""
-    del beta
     return _inplace_jit.lower(
         src, diff_dst, checked, hints=BetaHints(), layout=_layout(src, diff_dst)
     )
 
 
+forward = own_jit(_math.softplus_kernel, static_argnames=("hints",))
+
+
 def forward_call(x, beta, checked, hints, traced):
     """`softplus` on validated operands; `traced` is its custom_vjp."""
     return call(forward, traced, (x,), beta, checked, hints)
-
-
-forward = own_jit(_math.softplus_kernel, static_argnames=("hints",))
 
 
 def cache_sizes() -> dict[str, int]:
