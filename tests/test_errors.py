@@ -158,3 +158,19 @@ def test_deleted_beta_is_refused():
         with pytest.raises(ValueError, match="beta is a deleted array"):
             call()
             pytest.fail(f"{name} accepted a deleted beta")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16], ids=str)
+def test_lists_of_jax_scalars_are_arrays_of_their_dtype(dtype):
+    # A list of bfloat16 arrays raised "TypeError: expected number, got
+    # ArrayImpl" (NumPy cannot hold them), naming no argument.
+    xs = [jnp.asarray(1.0, dtype), jnp.asarray(2.0, dtype)]
+    got = softplus(xs)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, softplus(jnp.asarray([1.0, 2.0], dtype)))
+    assert softplus_backward(xs, xs).dtype == dtype
+
+
+def test_a_list_that_is_no_array_names_the_argument():
+    with pytest.raises(TypeError, match="^x "):
+        softplus([jnp.asarray(1.0, jnp.bfloat16), "a"])
