@@ -33,7 +33,7 @@ import numpy as np
 
 from jax_softplus import _math, softplus_backward_inplace
 from jax_softplus._validate import BetaHints
-from jax_softplus.tools._common import DTYPES
+from jax_softplus.tools._common import DTYPES, naive_backward
 from jax_softplus.tools.bench import mlp_step, train_step_activations
 
 
@@ -63,17 +63,11 @@ def _half_gpu(**variant):
     return jax.jit(kernel, donate_argnums=1)
 
 
-def _naive(src, dd, beta):
-    f32 = jnp.float32
-    out = dd.astype(f32) * jax.nn.sigmoid(beta * src.astype(f32))
-    return out.astype(dd.dtype)
-
-
 JITS = {
     "copy": jax.jit(lambda x: -x, donate_argnums=0),  # x + 0 is folded away
     "a*b": jax.jit(lambda a, b, beta: a * b, donate_argnums=1),
     "portable kernel": jax.jit(_portable, donate_argnums=1),
-    "naive formula": jax.jit(_naive, donate_argnums=1),
+    "naive formula": jax.jit(naive_backward, donate_argnums=1),
     # Ablations of the half-precision GPU kernel (not run for float32).
     "gpu kernel, divide": _half_gpu(divide=True),
     "gpu kernel, no tail": _half_gpu(tail=False),

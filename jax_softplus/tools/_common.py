@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -58,3 +59,30 @@ def to_torch(torch, x):
         np.dtype(jnp.float16): torch.float16,
     }[np.dtype(x.dtype)]
     return torch.from_numpy(np.array(x.astype(jnp.float32))).to(dt)
+
+
+def print_rows(rows, columns, file=None):
+    """Print `rows` as an aligned text table.
+
+    `columns` is a list of (header, function from a row to its text,
+    right-aligned?); widths follow the longest cell.
+    """
+    file = sys.stdout if file is None else file
+    cells = [[fmt(r) for _, fmt, _ in columns] for r in rows]
+    widths = [
+        max([len(head)] + [len(row[i]) for row in cells])
+        for i, (head, _, _) in enumerate(columns)
+    ]
+
+    def line(values):
+        parts = (
+            v.rjust(w) if right else v.ljust(w)
+            for v, w, (_, _, right) in zip(values, widths, columns, strict=True)
+        )
+        return " ".join(parts).rstrip()
+
+    head = line([h for h, _, _ in columns])
+    print(head, file=file)
+    print("-" * len(head), file=file)
+    for row in cells:
+        print(line(row), file=file)

@@ -31,6 +31,7 @@ from jax_softplus.tools._common import (
     DTYPES,
     naive_backward,
     parse_dtype,
+    print_rows,
     require,
     to_torch,
     torch_or_none,
@@ -358,20 +359,19 @@ def derivatives_markdown(results) -> str:
     return "\n".join(out) + "\n"
 
 
+_COLUMNS = [
+    ("op", lambda r: r.op, False),
+    ("dtype", lambda r: r.dtype, False),
+    ("beta", lambda r: f"{r.beta:.2g}", True),
+    ("region", lambda r: r.region, False),
+    ("implementation", lambda r: r.impl, False),
+    ("max ulp", lambda r: f"{r.max_ulp:.2f}", True),
+    ("mean ulp", lambda r: f"{r.mean_ulp:.3f}", True),
+]
+
+
 def print_table(results, file=None):
-    file = sys.stdout if file is None else file
-    head = (
-        f"{'op':8} {'dtype':5} {'beta':>5} {'region':20} {'implementation':26} "
-        f"{'max ulp':>10} {'mean ulp':>9}"
-    )
-    print(head, file=file)
-    print("-" * len(head), file=file)
-    for r in results:
-        print(
-            f"{r.op:8} {r.dtype:5} {r.beta:5.2g} {r.region:20} {r.impl:26} "
-            f"{r.max_ulp:10.2f} {r.mean_ulp:9.3f}",
-            file=file,
-        )
+    print_rows(results, _COLUMNS, file)
 
 
 def markdown_summary(results) -> str:

@@ -41,6 +41,7 @@ from jax_softplus.tools._common import (
     DTYPES,
     naive_backward,
     parse_dtype,
+    print_rows,
     require,
     to_torch,
     torch_or_none,
@@ -357,21 +358,21 @@ def _fmt_size(n):
     return str(n)
 
 
+_COLUMNS = [
+    ("mode", lambda r: r.mode, False),
+    ("method", lambda r: r.method, False),
+    ("dtype", lambda r: r.dtype, False),
+    ("size", lambda r: _fmt_size(r.size), True),
+    ("beta", lambda r: f"{r.beta:.2g}", True),
+    ("median ms", lambda r: f"{r.median_s * 1e3:.3f}", True),
+    ("ratio", lambda r: f"{r.ratio:.2f}", True),
+    ("GB/s", lambda r: f"{r.gbps:.1f}", True),
+    ("spread", lambda r: f"{r.spread:.2f}", True),
+]
+
+
 def print_table(rows, file=None):
-    file = sys.stdout if file is None else file
-    head = (
-        f"{'mode':15} {'method':26} {'dtype':5} {'size':>5} {'beta':>5} "
-        f"{'median ms':>10} {'ratio':>6} {'GB/s':>7} {'spread':>7}"
-    )
-    print(head, file=file)
-    print("-" * len(head), file=file)
-    for r in rows:
-        print(
-            f"{r.mode:15} {r.method:26} {r.dtype:5} {_fmt_size(r.size):>5} "
-            f"{r.beta:5.2g} {r.median_s * 1e3:10.3f} {r.ratio:6.2f} "
-            f"{r.gbps:7.1f} {r.spread:7.2f}",
-            file=file,
-        )
+    print_rows(rows, _COLUMNS, file)
 
 
 def markdown_table(rows) -> str:
