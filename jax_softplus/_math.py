@@ -250,9 +250,10 @@ def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True):
 
 # exp(r) on [-ln 2 / 2, ln 2 / 2], degree 4, highest first (a minimax fit:
 # relative error below 2.9e-6, 2**-18.4, with float32 evaluation, fused or
-# not: far below half an ulp of a bfloat16 or float16). The constant term is exactly 1, so that
-# sigmoid(0) is exactly 1/2: with exp(0) = 1.0000036, 0.5 * dd fell just below
-# the smallest normal for dd = 2**-125 and the CPU flushed it to 0.
+# not: far below half an ulp of a bfloat16 or float16). The constant term is
+# exactly 1, so that sigmoid(0) is exactly 1/2: with exp(0) = 1.0000036,
+# 0.5 * dd fell just below the smallest normal for dd = 2**-125 and the CPU
+# flushed it to 0.
 _EXP_Q4 = tuple(
     _F32(c)
     for c in (
