@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jax_softplus import _compat, _dispatch, _validate
+from jax_softplus import _dispatch, _validate
 
 
 def softplus_backward(
@@ -106,13 +105,9 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    given = diff_dst
-    src, diff_dst, beta, checked, hints = _validated(src, diff_dst, beta)
-    if not isinstance(given, jax.Array) and not _compat.is_tracer(diff_dst):
-        # On the CPU, jnp.asarray may share a NumPy array's memory, which the
-        # runtime will not donate: the copy to donate must be a buffer of its own.
-        diff_dst = jnp.array(diff_dst, copy=True)
-    return _dispatch.inplace_call(src, diff_dst, beta, checked, hints)
+    args = _validated(src, diff_dst, beta)
+    converted = args[1] is not diff_dst  # a host array, converted here
+    return _dispatch.inplace_call(*args, converted=converted)
 
 
 def _lower(src, diff_dst, beta=1.0):

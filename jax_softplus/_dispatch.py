@@ -30,6 +30,7 @@ import warnings
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import _compat, _math, _sharding
@@ -118,18 +119,19 @@ _inplace_self_jit = own_jit(
 )
 
 
+def _same_layout(a, b):
+    return a.sharding == b.sharding or a.sharding.is_equivalent_to(b.sharding, a.ndim)
+
+
 def _layout(src, diff_dst):
     """diff_dst's sharding where src is laid out otherwise, else None.
 
     Only a committed diff_dst chooses the layout; an uncommitted one follows
     src (`_follow_src`).
     """
-    if not diff_dst.committed:
+    if not diff_dst.committed or _same_layout(diff_dst, src):
         return None
-    mine, theirs = diff_dst.sharding, src.sharding
-    if mine == theirs or mine.is_equivalent_to(theirs, diff_dst.ndim):
-        return None
-    return mine
+    return diff_dst.sharding
 
 
 def _follow_src(src, diff_dst):
@@ -140,23 +142,27 @@ def _follow_src(src, diff_dst):
     buffer that is donated, and the result is laid out as src, as the plain
     op's is.
     """
-    if src.committed and not diff_dst.committed:
-        mine, theirs = diff_dst.sharding, src.sharding
-        if mine == theirs or mine.is_equivalent_to(theirs, diff_dst.ndim):
-            return diff_dst
-        moved = jax.device_put(diff_dst, src.sharding)
-        diff_dst.delete()  # its content now lives in `moved`, donated below
-        return moved
-    return diff_dst
+    if not src.committed or diff_dst.committed or _same_layout(diff_dst, src):
+        return diff_dst
+    moved = jax.device_put(diff_dst, src.sharding)
+    diff_dst.delete()  # its content now lives in `moved`, donated below
+    return moved
 
 
-def inplace_call(src, diff_dst, beta, checked, hints):
-    """`softplus_backward_inplace` on validated operands."""
+def inplace_call(src, diff_dst, beta, checked, hints, *, converted=False):
+    """`softplus_backward_inplace` on validated operands.
+
+    `converted`: diff_dst is the library's own conversion of a host array.
+    On the CPU `jnp.asarray` may share an aligned NumPy array's memory,
+    which the runtime will not donate, so an eager call copies it first.
+    """
     if not is_eager(src, diff_dst, checked):
         # Under an outer jit/vmap/grad (closed-over arrays included) there is
         # no buffer to donate: the outer computation owns its buffers (donate
         # its arguments instead).
         return bind(src, diff_dst, checked, hints)
+    if converted:
+        diff_dst = jnp.array(diff_dst, copy=True)
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
     if src is diff_dst:
@@ -210,8 +216,12 @@ def forward_call(x, beta, checked, hints, traced):
 
 def cache_sizes() -> dict[str, int]:
     """Executables held by the library's own jits, by name (for tests)."""
-    jits = {"backward": backward, "forward": forward, "inplace": _inplace_jit}
-    jits["inplace_self"] = _inplace_self_jit
+    jits = {
+        "backward": backward,
+        "forward": forward,
+        "inplace": _inplace_jit,
+        "inplace_self": _inplace_self_jit,
+    }
     return {name: f._cache_size() for name, f in jits.items()}
 
 

@@ -428,16 +428,16 @@ def _split64(v):
 
 
 def _balance64(beta, x):
-    """(beta * s, x / s, s) with |beta * s| in [2**-512, 2**512]."""
+    """(beta * s, x / s) with |beta * s| in [2**-512, 2**512]; same product."""
     big, small = lax.abs(beta) > _BAL64, lax.abs(beta) < 1.0 / _BAL64
     one = lax.full_like(beta, 1.0)
     s = lax.select(big, one / _BAL64, lax.select(small, one * _BAL64, one))
-    return beta * s, x / s, s
+    return beta * s, x / s
 
 
 def _product64(beta, x):
     """t = fl(beta * x) and its exact error (0 where |t| >= _ZMAX64 or NaN)."""
-    beta, x, _ = _balance64(beta, x)
+    beta, x = _balance64(beta, x)
     t = beta * x
     bh, bl = _split64(beta)
     xh, xl = _split64(x)
@@ -591,8 +591,9 @@ def fusion_fence(out, dd):
     it to YNNPACK, which takes only the ops it supports: a reduction of this
     kernel's output cut the kernel into nine loops with their intermediates
     in memory (`jnp.sum(softplus_backward(...))` at 16M float32 elements:
-    198 ms against 9 ms for the op). YNNPACK takes no `select`, and XLA
-    cannot fold this one: where dd is NaN, out is a NaN already.
+    198 ms, 36 ms with this fence, as for the op alone with a fresh output).
+    YNNPACK takes no `select`, and XLA cannot fold this one: where dd is
+    NaN, out is a NaN already.
     """
     return lax.select(dd != dd, dd, out)
 

@@ -15,7 +15,6 @@ import math
 
 import mpmath
 import numpy as np
-import pytest
 
 from jax_softplus import _math
 
@@ -72,10 +71,7 @@ def test_log1p_polynomial_is_within_2_to_the_minus_27_6():
     assert err <= 2.0**-27.6, math.log2(err)
 
 
-@pytest.mark.parametrize("e", [0.0, 0.25, 0.5, 0.75, 1.0])
-def test_reciprocal_quadratic_is_within_1_7_percent(e):
+def test_reciprocal_quadratic_is_within_1_7_percent():
     a, b, c = (float(v) for v in _math._RECIP_1P)
-    grid = np.linspace(0.0, 1.0, 10_001)
-    approx = (a * grid + b) * grid + c
-    assert np.max(np.abs(approx * (1 + grid) - 1)) <= 0.017
-    assert abs(((a * e + b) * e + c) * (1 + e) - 1) <= 0.017
+    e = np.linspace(0.0, 1.0, 10_001)
+    assert np.max(np.abs(((a * e + b) * e + c) * (1 + e) - 1)) <= 0.017
