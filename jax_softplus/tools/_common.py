@@ -34,6 +34,14 @@ def require(module, option, parser):
         )
 
 
+def sample_data(n, dtype, seed=0):
+    """The tools' inputs: src uniform in [-8, 8], diff_dst in [0.5, 1.5]."""
+    rng = np.random.default_rng(seed)
+    src = jnp.asarray(rng.uniform(-8.0, 8.0, n).astype(np.float32), dtype)
+    dd = jnp.asarray(rng.uniform(0.5, 1.5, n).astype(np.float32), dtype)
+    return src, dd
+
+
 def naive_backward(src, dd, beta):
     """The plain formula users would write, in float32, rounded once."""
     f32 = jnp.float32

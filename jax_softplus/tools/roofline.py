@@ -1,0 +1,400 @@
+"""Roofline of the CPU loops: `python -m jax_softplus.tools.roofline`.
+
+For each dtype, the loop that XLA:CPU compiles for the in-place op (as
+`softplus_backward_inplace.lower(...).compile()` builds it), for the naive
+formula under a plain `jax.jit`, and for a donated `a * b`:
+
+- **instructions per iteration** and elements per iteration, read from the
+  object code XLA dumps (`objdump -d`, x86-64);
+- **the throughput bound** of that loop on this machine: its vector
+  instructions at the rate this core issues independent vector instructions,
+  or its divides at the divider's rate, whichever is slower. Both rates are
+  measured here, by two calibration loops that XLA compiles the same way
+  (eight independent chains of mixed float and integer vector ops; eight
+  independent divides), so no table of instruction latencies is assumed;
+- **measured cycles per element** (per core; XLA splits each loop over the
+  cores), at an L3-resident size where the loop is bound by its own
+  instructions, and at 16M and 128M elements, where memory takes over. The
+  clock is measured too, by a chain of dependent integer adds (one per
+  cycle on every x86-64 core).
+
+measured / bound says how close the loop runs to its instruction
+throughput; what is left is latency (the loop's dependency chain against
+the out-of-order window) and, at the large sizes, memory: compare with the
+a * b row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import mmap
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jax_softplus import softplus_backward_inplace
+from jax_softplus.tools._common import (
+    DTYPES,
+    naive_backward,
+    parse_dtype,
+    print_rows,
+    sample_data,
+)
+from jax_softplus.tools.bench import machine, parse_size
+
+_INSN = re.compile(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)")
+_VECTOR_REG = re.compile(r"\b([xyz]mm\d+|k[0-7])\b")
+
+
+@dataclass
+class Loop:
+    """The hottest loop of a compiled kernel."""
+
+    instructions: list  # (mnemonic, operands)
+    elements: int  # elements of the data per iteration
+    width: int  # widest vector register, in bits
+
+    @property
+    def vector(self):
+        return sum(1 for op, args in self.instructions if _VECTOR_REG.search(args))
+
+    @property
+    def divides(self):
+        return sum(1 for op, _ in self.instructions if op.startswith(("vdiv", "vsqrt")))
+
+    @property
+    def converts(self):
+        return sum(1 for op, _ in self.instructions if op.startswith("vcvt"))
+
+
+def _objdump():
+    tool = shutil.which("objdump") or shutil.which("llvm-objdump")
+    if tool is None:
+        sys.exit("the roofline reads XLA's object code with objdump: install binutils")
+    return tool
+
+
+def _loops(path, itemsize):
+    """Every loop (a backward jump) in an object file, as `Loop`s."""
+    text = subprocess.run(
+        [_objdump(), "-d", "--no-show-raw-insn", "-M", "intel", path],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    insns = []
+    for line in text.splitlines():
+        m = _INSN.match(line)
+        if m:
+            insns.append((int(m[1], 16), m[2], m[3]))
+    loops = []
+    for end, (addr, op, args) in enumerate(insns):
+        target = re.match(r"([0-9a-f]+) <", args)
+        if not (op.startswith("j") and target and int(target[1], 16) < addr):
+            continue
+        start = next(i for i, ins in enumerate(insns) if ins[0] >= int(target[1], 16))
+        body = [(o, a) for _, o, a in insns[start : end + 1]]
+        loops.append(Loop(body, _elements(body, itemsize), _width(body)))
+    return loops
+
+
+def _elements(body, itemsize):
+    """Elements per iteration: the step of the register that indexes the
+    arrays (`[base+reg*scale]`), times its scale, over the element size."""
+    text = " ".join(a for _, a in body)
+    indexed = re.findall(r"\[\w+\+(\w+)\*(\d)", text)
+    if not indexed:
+        return 0
+    reg, scale = Counter(indexed).most_common(1)[0][0]
+    step = 0
+    for op, args in body:
+        parts = [p.strip() for p in args.split(",")]
+        if op in ("add", "sub") and len(parts) == 2 and parts[0] == reg:
+            try:
+                value = int(parts[1], 16)
+            except ValueError:
+                continue
+            step = abs(value - (1 << 64) if value >= 1 << 63 else value)
+    return step * int(scale) // itemsize
+
+
+def _width(body):
+    regs = " ".join(a for _, a in body)
+    return 512 if "zmm" in regs else 256 if "ymm" in regs else 128
+
+
+def hot_loop(fn, args, itemsize, options=None) -> Loop:
+    """The loop with the most instructions in what XLA compiles for `fn`
+    (a function, or a `Lowered`)."""
+    lowered = (
+        fn if hasattr(fn, "compile") else jax.jit(fn, donate_argnums=1).lower(*args)
+    )
+    with tempfile.TemporaryDirectory() as d:
+        lowered.compile(compiler_options={**(options or {}), "xla_dump_to": d})
+        files = glob.glob(os.path.join(d, "*.o"))
+        if not files:
+            sys.exit("XLA dumped no object code (xla_dump_to): a non-CPU backend?")
+        loops = [loop for f in files for loop in _loops(f, itemsize)]
+    if not loops:
+        sys.exit("no loop found in XLA's object code")
+    return max(loops, key=lambda loop: len(loop.instructions))
+
+
+# The clock ------------------------------------------------------------------
+# 16 dependent `add rdx, 1` per iteration: 16 cycles on any x86-64 core.
+_ADD_CHAIN = (
+    bytes.fromhex("31d2")  # xor edx, edx
+    + bytes.fromhex("4889f8")  # mov rax, rdi
+    + bytes.fromhex("4883c201") * 16  # add rdx, 1
+    + bytes.fromhex("48ffc8")  # dec rax
+    + bytes([0x75, 256 - (16 * 4 + 3 + 2)])  # jnz back to the first add
+    + bytes.fromhex("4889d0c3")  # mov rax, rdx; ret
+)
+
+
+def clock_hz(iterations=20_000_000, repeats=5):
+    """The core's clock under load, from a chain of dependent adds; None
+    where machine code cannot be run (not x86-64 System V, or no W+X pages)."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or os.name != "posix":
+        return None
+    try:
+        page = mmap.mmap(
+            -1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
+        )
+    except (OSError, AttributeError):
+        return None
+    page.write(_ADD_CHAIN)
+    buf = ctypes.c_char.from_buffer(page)
+    chain = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(ctypes.addressof(buf))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        adds = chain(iterations)
+        best = min(best, time.perf_counter() - t0)
+    del chain, buf
+    page.close()
+    return adds / best
+
+
+# Timing ---------------------------------------------------------------------
+
+
+def seconds_per_call(compiled, src, dd, beta, budget=0.6, rounds=5):
+    """Time of one call of a compiled kernel that donates its second
+    argument, its outputs chained so that calls queue back to back: the best
+    of `rounds` (other work on a shared machine only ever adds time)."""
+    dd = jnp.array(dd, copy=True)
+    dd = compiled(src, dd, beta)
+    dd.block_until_ready()
+    t0 = time.perf_counter()
+    dd = compiled(src, dd, beta)
+    dd.block_until_ready()
+    calls = max(3, int(budget / rounds / max(time.perf_counter() - t0, 1e-6)))
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            dd = compiled(src, dd, beta)
+        dd.block_until_ready()
+        times.append((time.perf_counter() - t0) / calls)
+    return min(times)
+
+
+# Calibration ------------------------------------------------------------------
+
+
+def _tree_sum(terms):
+    while len(terms) > 1:
+        terms = [a + b for a, b in zip(terms[::2], terms[1::2], strict=True)]
+    return terms[0]
+
+
+def _mixed(src, dd, beta):
+    """Eight independent short chains of float and integer vector ops."""
+    x, y = src.astype(jnp.float32), dd.astype(jnp.float32)
+    terms = []
+    for i in range(8):
+        a = lax.max(x * jnp.float32(1.0 + i / 8) + beta, y)
+        bits = lax.bitcast_convert_type(a, jnp.int32) + jnp.int32(i + 1)
+        terms.append(lax.bitcast_convert_type(bits, jnp.float32))
+    return _tree_sum(terms).astype(dd.dtype)
+
+
+def _divides(src, dd, beta):
+    """Eight independent divisions."""
+    x, y = src.astype(jnp.float32), dd.astype(jnp.float32)
+    return (_tree_sum([x / (y + jnp.float32(i + 1)) for i in range(8)]) + beta).astype(
+        dd.dtype
+    )
+
+
+def _per_instruction(fn, n, clock, cores, counter, width):
+    """Cycles (or ns, without a clock) per instruction that `counter` counts
+    in the calibration loop `fn`, float32 data in L3, `width`-bit vectors."""
+    src, dd = sample_data(n, jnp.float32)
+    beta = jnp.float32(1.0)
+    options = {"xla_cpu_prefer_vector_width": width}
+    lowered = jax.jit(fn, donate_argnums=1, compiler_options=options).lower(
+        src, dd, beta
+    )
+    loop = hot_loop(lowered, None, 4, options)
+    per_iteration = _cycles_per_element(lowered.compile(), src, dd, beta, clock, cores)
+    return per_iteration * loop.elements / counter(loop)
+
+
+def _cycles_per_element(compiled, src, dd, beta, clock, cores):
+    """Per core: XLA runs the loop's partitions on every core."""
+    seconds = seconds_per_call(compiled, src, dd, beta)
+    return seconds * (clock or 1e9) * cores / src.size
+
+
+@dataclass
+class Row:
+    dtype: str
+    kernel: str
+    insns: int
+    vector: int
+    divides: int
+    elements: int
+    width: int
+    bound: float  # cycles per element
+    in_l3: float  # measured cycles per element, L3-resident
+    at_16m: float
+    at_128m: float
+
+    @property
+    def gap(self):
+        return self.in_l3 / self.bound
+
+
+def _kernels(dtype, n, beta):
+    src, dd = sample_data(n, dtype)
+    b = jnp.float32(beta)
+    mul = jax.jit(lambda s, d, b: s * d, donate_argnums=1)
+    naive = jax.jit(naive_backward, donate_argnums=1)
+    return {
+        "jax_softplus in place": softplus_backward_inplace.lower(src, dd, b),
+        "naive XLA": naive.lower(src, dd, b),
+        "a*b (floor)": mul.lower(src, dd, b),
+    }
+
+
+def roofline(dtypes, beta, sizes, progress=lambda msg: None):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    progress("measuring the clock")
+    clock = clock_hz()
+    n_cal = sizes[0]
+    # Per vector width: on some cores (AMD Zen 4) a 512-bit instruction
+    # takes two 256-bit pipes.
+    per_vector, per_divide = {}, {}
+    for width in (256, 512):
+        progress(f"calibrating {width}-bit vector instructions")
+        per_vector[width] = _per_instruction(
+            _mixed, n_cal, clock, cores, lambda loop: loop.vector, width
+        )
+        per_divide[width] = _per_instruction(
+            _divides, n_cal, clock, cores, lambda loop: loop.divides, width
+        )
+    rows = []
+    for dt in dtypes:
+        dtype = DTYPES[dt]
+        itemsize = jnp.dtype(dtype).itemsize
+        for name, lowered in _kernels(dtype, sizes[0], beta).items():
+            progress(f"{dt} {name}")
+            loop = hot_loop(lowered, None, itemsize)
+            width = 512 if loop.width == 512 else 256
+            bound = max(
+                (loop.vector - loop.divides) * per_vector[width],
+                loop.divides * per_divide[width],
+            ) / max(loop.elements, 1)
+            measured = []
+            for n in sizes:
+                src, dd = sample_data(n, dtype)
+                compiled = _kernels(dtype, n, beta)[name].compile()
+                measured.append(
+                    _cycles_per_element(
+                        compiled, src, dd, jnp.float32(beta), clock, cores
+                    )
+                )
+                del src, dd, compiled
+            rows.append(Row(dt, name, len(loop.instructions), loop.vector,
+                            loop.divides, loop.elements, loop.width, bound,
+                            *measured))  # fmt: skip
+    calibration = {"clock_ghz": (clock or 0) / 1e9, "cores": cores,
+                   "per_vector": per_vector, "per_divide": per_divide}  # fmt: skip
+    return rows, calibration
+
+
+_COLUMNS = [
+    ("dtype", lambda r: r.dtype, False),
+    ("kernel", lambda r: r.kernel, False),
+    ("insns/iter", lambda r: str(r.insns), True),
+    ("vector", lambda r: str(r.vector), True),
+    ("div", lambda r: str(r.divides), True),
+    ("elem/iter", lambda r: f"{r.elements} x{r.width}b", True),
+    ("bound c/el", lambda r: f"{r.bound:.3f}", True),
+    ("L3 c/el", lambda r: f"{r.in_l3:.3f}", True),
+    ("L3/bound", lambda r: f"{r.gap:.2f}", True),
+    ("16M c/el", lambda r: f"{r.at_16m:.3f}", True),
+    ("128M c/el", lambda r: f"{r.at_128m:.3f}", True),
+]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m jax_softplus.tools.roofline",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
+    p.add_argument("--beta", type=float, default=1.7, help="beta (traced)")
+    p.add_argument(
+        "--sizes",
+        default="1M,16M,128M",
+        help="three sizes: L3-resident, past the L3, far past it",
+    )
+    args = p.parse_args(argv)
+    if jax.default_backend() != "cpu":
+        p.error(f"the roofline reads XLA:CPU's code, not {jax.default_backend()}'s")
+    try:
+        dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
+        sizes = [parse_size(s) for s in args.sizes.split(",")]
+    except (ValueError, argparse.ArgumentTypeError) as err:
+        p.error(str(err))
+    if len(sizes) != 3:
+        p.error(f"--sizes takes three sizes, got {args.sizes!r}")
+    _objdump()
+    rows, cal = roofline(
+        dtypes,
+        args.beta,
+        sizes,
+        lambda m: print(f"\r{m:60}", end="", file=sys.stderr, flush=True),
+    )
+    print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
+    m = machine()
+    unit = "cycles" if cal["clock_ghz"] else "ns (no clock measured)"
+    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['isa']}; jax {m['jax']}")
+    rates = ", ".join(
+        f"{w}-bit: {cal['per_vector'][w]:.3f} per vector instruction, "
+        f"{cal['per_divide'][w]:.2f} per divide"
+        for w in (256, 512)
+    )
+    clock = f"clock {cal['clock_ghz']:.2f} GHz (dependent adds)"
+    print(f"{clock}; per core, in {unit}: {rates}")
+    print_rows(rows, _COLUMNS)
+    return rows, cal
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The roofline tool reads XLA's object code right (tiny sizes: this checks
+the tool and the shape of the compiled loop, not speed)."""
+
+import functools
+import platform
+import shutil
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jax_softplus import softplus_backward_inplace
+from jax_softplus.tools import roofline
+from jax_softplus.tools._common import naive_backward
+
+x86 = pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64")
+    or jax.default_backend() != "cpu"
+    or not (shutil.which("objdump") or shutil.which("llvm-objdump")),
+    reason="reads x86-64 object code of XLA:CPU with objdump",
+)
+
+
+@pytest.mark.parametrize(
+    "body, itemsize, elements",
+    [
+        # Indexed by elements ([rax+rdx*4]), 16 float32 per iteration.
+        ([("vmovups", "zmm1,ZMMWORD PTR [rax+rdx*4]"), ("add", "rdx,0x10"),
+          ("cmp", "rdx,0x80000"), ("jne", "200 <f+0x200>")], 4, 16),
+        # Indexed by bytes, stepping down: 128 bytes of float16.
+        ([("vcvtph2ps", "ymm0,XMMWORD PTR [rax+rsi*1]"),
+          ("sub", "rsi,0xffffffffffffff80"), ("jne", "40 <f+0x40>")], 2, 64),
+        # No indexed access: unknown.
+        ([("vmovups", "zmm1,ZMMWORD PTR [rax]"), ("jne", "40 <f+0x40>")], 4, 0),
+    ],
+)  # fmt: skip
+def test_elements_per_iteration_from_the_induction_variable(body, itemsize, elements):
+    assert roofline._elements(body, itemsize) == elements
+
+
+@x86
+def test_the_float32_kernel_is_one_loop_with_one_division_and_no_calls():
+    src = jnp.linspace(-5.0, 5.0, 1 << 16)
+    lowered = softplus_backward_inplace.lower(src, src, jnp.float32(1.7))
+    loop = roofline.hot_loop(lowered, None, 4)
+    ops = [op for op, _ in loop.instructions]
+    assert loop.divides == 1
+    assert not any(op.startswith("call") for op in ops)  # no libm, all inline
+    assert loop.elements * 32 == loop.width  # one vector of float32 a turn
+    # The naive formula, for comparison: also one division.
+    naive = jax.jit(naive_backward, donate_argnums=1).lower(src, src, jnp.float32(1.7))
+    assert roofline.hot_loop(naive, None, 4).divides == 1
+
+
+@x86
+def test_the_clock_is_measured():
+    hz = roofline.clock_hz(iterations=2_000_000, repeats=2)
+    if hz is None:
+        pytest.skip("no executable pages here")
+    assert 0.3e9 < hz < 8e9
+
+
+@x86
+def test_cli_prints_the_table(capsys, monkeypatch):
+    fast = functools.partial(roofline.seconds_per_call, budget=0.01, rounds=1)
+    monkeypatch.setattr(roofline, "seconds_per_call", fast)
+    rows, cal = roofline.main(["--dtypes", "f32", "--sizes", "16K,32K,64K"])
+    out = capsys.readouterr().out
+    assert "machine:" in out and "per divide" in out
+    assert [r.kernel for r in rows] == [
+        "jax_softplus in place",
+        "naive XLA",
+        "a*b (floor)",
+    ]
+    assert all(r.bound > 0 and r.in_l3 > 0 and r.at_128m > 0 for r in rows)
+    assert cal["per_vector"][512] > 0 and cal["per_divide"][256] > 0
+
+
+def test_bad_sizes_are_usage_errors(capsys):
+    with pytest.raises(SystemExit) as exc:
+        roofline.main(["--sizes", "1M,16M"])
+    assert exc.value.code == 2
+    assert "three sizes" in capsys.readouterr().err
