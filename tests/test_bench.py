@@ -30,6 +30,13 @@ def test_cli_runs_every_section(tmp_path, capsys):
     assert all(r["median_s"] > 0 and r["ratio"] > 0 for r in rows)
     floors = [r for r in rows if r["method"] == "a*b (floor)"]
     assert floors and all(r["ratio"] == 1.0 for r in floors)
+    # Every backward row is also compared with the naive formula (itself at
+    # exactly 1); without PyTorch nothing is compared with it.
+    backward = [r for r in rows if r["mode"] in ("donated", "fresh")]
+    assert all(r["vs_naive"] > 0 for r in backward)
+    assert all(r["vs_naive"] == 1.0 for r in backward if r["method"] == "naive XLA")
+    assert all(r["vs_torch"] is None for r in rows)
+    assert "vs naive" in text and "vs torch" in text
 
 
 def test_sizes_parse():

@@ -11,8 +11,9 @@ the method it is compared to, in the same mode:
   donated with `TUNED_CPU_OPTIONS` passed to both jits).
 
 The backward rows also give each method's time over the naive XLA formula
-`dd * jax.nn.sigmoid(beta * src)` in the same mode ("vs naive"), the
-figure the op's speed targets are stated against. The default sizes are 16M
+`dd * jax.nn.sigmoid(beta * src)` ("vs naive") and over PyTorch's
+`softplus_backward` ("vs torch", when installed) in the same mode, the
+figures the op's speed targets are stated against. The default sizes are 16M
 elements and 128M, past the last-level cache of current CPUs.
 
 Absolute times on a shared machine are noisy; ratios taken side by side are
@@ -54,6 +55,7 @@ from jax_softplus.tools._common import (
 )
 
 NAIVE = "naive XLA"
+TORCH = ("torch", "torch (out=)")  # fresh, donated
 
 
 @dataclass
@@ -67,9 +69,11 @@ class Row:
     ratio: float  # median of per-round ratios to the floor of the same mode
     gbps: float  # (2 reads + 1 write) / median time
     spread: float  # (p90 - p10) / median of the method's times
-    # Median of per-round ratios to the naive XLA formula in the same mode
-    # (the op's targets are stated against it); None where it was not run.
+    # Medians of per-round ratios to the naive XLA formula and to PyTorch in
+    # the same mode (the op's targets are stated against them); None where
+    # that method was not run.
     vs_naive: float | None = None
+    vs_torch: float | None = None
 
 
 def _mul(src, dd, beta):
@@ -176,13 +180,17 @@ def _measure(calls, floor, repeats, progress, settle=0.0):
     return times, ratios
 
 
+def _ratio_to(ts, other):
+    if other is None:
+        return None
+    return float(np.median([t / u for t, u in zip(ts, other, strict=True)]))
+
+
 def _rows(mode, dt, n, beta, itemsize, times, ratios):
     rows = []
     naive = times.get(NAIVE)
+    torch = next((times[k] for k in TORCH if k in times), None)
     for name, ts in times.items():
-        vs_naive = None
-        if naive is not None:
-            vs_naive = float(np.median([t / u for t, u in zip(ts, naive, strict=True)]))
         ts = np.asarray(ts)
         med = float(np.median(ts))
         p10, p90 = np.percentile(ts, [10, 90])
@@ -197,7 +205,8 @@ def _rows(mode, dt, n, beta, itemsize, times, ratios):
                 ratio=float(np.median(ratios[name])),
                 gbps=3 * n * itemsize / med / 1e9,
                 spread=float((p90 - p10) / med),
-                vs_naive=vs_naive,
+                vs_naive=_ratio_to(ts, naive),
+                vs_torch=_ratio_to(ts, torch),
             )
         )
     return rows
@@ -367,6 +376,10 @@ def _fmt_size(n):
     return str(n)
 
 
+def _fmt_ratio(value):
+    return "" if value is None else f"{value:.2f}"
+
+
 _COLUMNS = [
     ("mode", lambda r: r.mode, False),
     ("method", lambda r: r.method, False),
@@ -377,7 +390,8 @@ _COLUMNS = [
     ("ratio", lambda r: f"{r.ratio:.2f}", True),
     ("GB/s", lambda r: f"{r.gbps:.1f}", True),
     ("spread", lambda r: f"{r.spread:.2f}", True),
-    ("vs naive", lambda r: "" if r.vs_naive is None else f"{r.vs_naive:.2f}", True),
+    ("vs naive", lambda r: _fmt_ratio(r.vs_naive), True),
+    ("vs torch", lambda r: _fmt_ratio(r.vs_torch), True),
 ]
 
 
@@ -388,15 +402,15 @@ def print_table(rows, file=None):
 def markdown_table(rows) -> str:
     lines = [
         "| mode | method | dtype | size | beta | median ms | ratio | GB/s | spread "
-        "| vs naive |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs naive | vs torch |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        vs_naive = "" if r.vs_naive is None else f"{r.vs_naive:.2f}"
         lines.append(
             f"| {r.mode} | {r.method} | {r.dtype} | {_fmt_size(r.size)} | "
             f"{r.beta:g} | {r.median_s * 1e3:.3f} | {r.ratio:.2f} | "
-            f"{r.gbps:.1f} | {r.spread:.2f} | {vs_naive} |"
+            f"{r.gbps:.1f} | {r.spread:.2f} | {_fmt_ratio(r.vs_naive)} | "
+            f"{_fmt_ratio(r.vs_torch)} |"
         )
     return "\n".join(lines) + "\n"
 
