@@ -2,6 +2,7 @@
 the tool and the shape of the compiled loop, not speed)."""
 
 import functools
+import math
 import platform
 import shutil
 
@@ -72,8 +73,12 @@ def test_cli_prints_the_table(capsys, monkeypatch):
         "naive XLA",
         "a*b (floor)",
     ]
-    assert all(r.bound > 0 and r.in_l3 > 0 and r.at_128m > 0 for r in rows)
-    assert cal["per_vector"][512] > 0 and cal["per_divide"][256] > 0
+    # At these sizes the timings are noise (the marginal one may even be
+    # negative); the table is what is checked.
+    values = [v for r in rows for v in (r.bound, r.in_l3, r.at_16m, r.at_128m)]
+    assert all(math.isfinite(v) for v in values)
+    assert all(r.insns > r.vector > 0 and r.elements > 0 for r in rows)
+    assert set(cal["per_vector"]) == set(cal["per_divide"]) == {256, 512}
 
 
 def test_bad_sizes_are_usage_errors(capsys):

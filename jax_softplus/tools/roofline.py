@@ -239,24 +239,36 @@ def _divides(src, dd, beta):
     )
 
 
+def _cycles(make, n, clock, cores, marginal=False):
+    """Cycles per element per core (XLA runs a loop's partitions on every
+    core) of what `make(size)` returns, a (compiled, src, dd, beta): at n,
+    or, `marginal`, the time that 2n elements take over n, which cancels the
+    fixed cost of a call (20-60 us on a 2-core VM: a tenth of a call at 1M
+    elements)."""
+
+    def seconds(size):
+        compiled, src, dd, beta = make(size)
+        return seconds_per_call(compiled, src, dd, beta)
+
+    t = seconds(2 * n) - seconds(n) if marginal else seconds(n)
+    return t * (clock or 1e9) * cores / n
+
+
 def _per_instruction(fn, n, clock, cores, counter, width):
     """Cycles (or ns, without a clock) per instruction that `counter` counts
     in the calibration loop `fn`, float32 data in L3, `width`-bit vectors."""
-    src, dd = sample_data(n, jnp.float32)
-    beta = jnp.float32(1.0)
     options = {"xla_cpu_prefer_vector_width": width}
-    lowered = jax.jit(fn, donate_argnums=1, compiler_options=options).lower(
-        src, dd, beta
-    )
-    loop = hot_loop(lowered, None, 4, options)
-    per_iteration = _cycles_per_element(lowered.compile(), src, dd, beta, clock, cores)
-    return per_iteration * loop.elements / counter(loop)
+    jitted = jax.jit(fn, donate_argnums=1, compiler_options=options)
 
+    def make(size):
+        src, dd = sample_data(size, jnp.float32)
+        beta = jnp.float32(1.0)
+        return jitted.lower(src, dd, beta).compile(), src, dd, beta
 
-def _cycles_per_element(compiled, src, dd, beta, clock, cores):
-    """Per core: XLA runs the loop's partitions on every core."""
-    seconds = seconds_per_call(compiled, src, dd, beta)
-    return seconds * (clock or 1e9) * cores / src.size
+    src, dd = sample_data(n, jnp.float32)
+    loop = hot_loop(jitted.lower(src, dd, jnp.float32(1.0)), None, 4, options)
+    per_element = _cycles(make, n, clock, cores, marginal=True)
+    return per_element * loop.elements / counter(loop)
 
 
 @dataclass
@@ -269,7 +281,7 @@ class Row:
     elements: int
     width: int
     bound: float  # cycles per element
-    in_l3: float  # measured cycles per element, L3-resident
+    in_l3: float  # measured cycles per element, L3-resident (marginal)
     at_16m: float
     at_128m: float
 
@@ -278,16 +290,11 @@ class Row:
         return self.in_l3 / self.bound
 
 
-def _kernels(dtype, n, beta):
-    src, dd = sample_data(n, dtype)
-    b = jnp.float32(beta)
-    mul = jax.jit(lambda s, d, b: s * d, donate_argnums=1)
-    naive = jax.jit(naive_backward, donate_argnums=1)
-    return {
-        "jax_softplus in place": softplus_backward_inplace.lower(src, dd, b),
-        "naive XLA": naive.lower(src, dd, b),
-        "a*b (floor)": mul.lower(src, dd, b),
-    }
+_KERNELS = {
+    "jax_softplus in place": softplus_backward_inplace,
+    "naive XLA": jax.jit(naive_backward, donate_argnums=1),
+    "a*b (floor)": jax.jit(lambda s, d, b: s * d, donate_argnums=1),
+}
 
 
 def roofline(dtypes, beta, sizes, progress=lambda msg: None):
@@ -310,24 +317,23 @@ def roofline(dtypes, beta, sizes, progress=lambda msg: None):
     for dt in dtypes:
         dtype = DTYPES[dt]
         itemsize = jnp.dtype(dtype).itemsize
-        for name, lowered in _kernels(dtype, sizes[0], beta).items():
+        for name, kernel in _KERNELS.items():
             progress(f"{dt} {name}")
-            loop = hot_loop(lowered, None, itemsize)
+            src, dd = sample_data(sizes[0], dtype)
+            loop = hot_loop(kernel.lower(src, dd, jnp.float32(beta)), None, itemsize)
             width = 512 if loop.width == 512 else 256
             bound = max(
                 (loop.vector - loop.divides) * per_vector[width],
                 loop.divides * per_divide[width],
             ) / max(loop.elements, 1)
-            measured = []
-            for n in sizes:
-                src, dd = sample_data(n, dtype)
-                compiled = _kernels(dtype, n, beta)[name].compile()
-                measured.append(
-                    _cycles_per_element(
-                        compiled, src, dd, jnp.float32(beta), clock, cores
-                    )
-                )
-                del src, dd, compiled
+
+            def make(size, kernel=kernel, dtype=dtype):
+                src, dd = sample_data(size, dtype)
+                b = jnp.float32(beta)
+                return kernel.lower(src, dd, b).compile(), src, dd, b
+
+            measured = [_cycles(make, sizes[0], clock, cores, marginal=True)]
+            measured += [_cycles(make, n, clock, cores) for n in sizes[1:]]
             rows.append(Row(dt, name, len(loop.instructions), loop.vector,
                             loop.divides, loop.elements, loop.width, bound,
                             *measured))  # fmt: skip
