@@ -42,7 +42,7 @@ def test_cli_runs_every_section(tmp_path, capsys):
 def test_sizes_parse():
     assert bench.parse_size("16M") == 16 << 20
     assert bench.parse_size("1K") == 1024
-    assert bench._fmt_size(64 << 20) == "64M"
+    assert bench.format_size(64 << 20) == "64M"
 
 
 def test_dtype_names_long_and_short():

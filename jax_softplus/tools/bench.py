@@ -369,7 +369,7 @@ def parse_size(text):
     return n
 
 
-def _fmt_size(n):
+def format_size(n):
     for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= scale and n % scale == 0:
             return f"{n // scale}{unit}"
@@ -384,7 +384,7 @@ _COLUMNS = [
     ("mode", lambda r: r.mode, False),
     ("method", lambda r: r.method, False),
     ("dtype", lambda r: r.dtype, False),
-    ("size", lambda r: _fmt_size(r.size), True),
+    ("size", lambda r: format_size(r.size), True),
     ("beta", lambda r: f"{r.beta:.2g}", True),
     ("median ms", lambda r: f"{r.median_s * 1e3:.3f}", True),
     ("ratio", lambda r: f"{r.ratio:.2f}", True),
@@ -407,7 +407,7 @@ def markdown_table(rows) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r.mode} | {r.method} | {r.dtype} | {_fmt_size(r.size)} | "
+            f"| {r.mode} | {r.method} | {r.dtype} | {format_size(r.size)} | "
             f"{r.beta:g} | {r.median_s * 1e3:.3f} | {r.ratio:.2f} | "
             f"{r.gbps:.1f} | {r.spread:.2f} | {_fmt_ratio(r.vs_naive)} | "
             f"{_fmt_ratio(r.vs_torch)} |"
@@ -572,7 +572,7 @@ def main(argv=None):
 
     rows = []
     for n, dt, b in jobs:
-        label = f"backward {dt} {_fmt_size(n)} beta={b}"
+        label = f"backward {dt} {format_size(n)} beta={b}"
         rows += bench_backward(
             n, dt, b, args.repeats, progress_for(label), torch=not args.no_torch
         )
@@ -580,7 +580,7 @@ def main(argv=None):
     if args.fwd_bwd:
         for n in sizes:
             for dt in dtypes:
-                label = f"fwd+bwd {dt} {_fmt_size(n)}"
+                label = f"fwd+bwd {dt} {format_size(n)}"
                 rows += bench_fwd_bwd(n, dt, 1.7, args.repeats, progress_for(label))
                 done[0] += 1
     if scaling:

@@ -53,7 +53,7 @@ from jax_softplus.tools._common import (
     print_rows,
     sample_data,
 )
-from jax_softplus.tools.bench import machine, parse_size
+from jax_softplus.tools.bench import format_size, machine, parse_size
 
 _INSN = re.compile(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)")
 _VECTOR_REG = re.compile(r"\b([xyz]mm\d+|k[0-7])\b")
@@ -282,8 +282,8 @@ class Row:
     width: int
     bound: float  # cycles per element
     in_l3: float  # measured cycles per element, L3-resident (marginal)
-    at_16m: float
-    at_128m: float
+    past_l3: float  # at the second size
+    far_past: float  # at the third
 
     @property
     def gap(self):
@@ -342,19 +342,21 @@ def roofline(dtypes, beta, sizes, progress=lambda msg: None):
     return rows, calibration
 
 
-_COLUMNS = [
-    ("dtype", lambda r: r.dtype, False),
-    ("kernel", lambda r: r.kernel, False),
-    ("insns/iter", lambda r: str(r.insns), True),
-    ("vector", lambda r: str(r.vector), True),
-    ("div", lambda r: str(r.divides), True),
-    ("elem/iter", lambda r: f"{r.elements} x{r.width}b", True),
-    ("bound c/el", lambda r: f"{r.bound:.3f}", True),
-    ("L3 c/el", lambda r: f"{r.in_l3:.3f}", True),
-    ("L3/bound", lambda r: f"{r.gap:.2f}", True),
-    ("16M c/el", lambda r: f"{r.at_16m:.3f}", True),
-    ("128M c/el", lambda r: f"{r.at_128m:.3f}", True),
-]
+def _columns(sizes):
+    first, second, third = (format_size(n) for n in sizes)
+    return [
+        ("dtype", lambda r: r.dtype, False),
+        ("kernel", lambda r: r.kernel, False),
+        ("insns/iter", lambda r: str(r.insns), True),
+        ("vector", lambda r: str(r.vector), True),
+        ("div", lambda r: str(r.divides), True),
+        ("elem/iter", lambda r: f"{r.elements} x{r.width}b", True),
+        ("bound c/el", lambda r: f"{r.bound:.3f}", True),
+        (f"L3 ({first}) c/el", lambda r: f"{r.in_l3:.3f}", True),
+        ("L3/bound", lambda r: f"{r.gap:.2f}", True),
+        (f"{second} c/el", lambda r: f"{r.past_l3:.3f}", True),
+        (f"{third} c/el", lambda r: f"{r.far_past:.3f}", True),
+    ]
 
 
 def main(argv=None):
@@ -398,7 +400,7 @@ def main(argv=None):
     )
     clock = f"clock {cal['clock_ghz']:.2f} GHz (dependent adds)"
     print(f"{clock}; per core, in {unit}: {rates}")
-    print_rows(rows, _COLUMNS)
+    print_rows(rows, _columns(sizes))
     return rows, cal
 
 
