@@ -43,14 +43,14 @@ def test_elements_per_iteration_from_the_induction_variable(body, itemsize, elem
 def test_the_float32_kernel_is_one_loop_with_one_division_and_no_calls():
     src = jnp.linspace(-5.0, 5.0, 1 << 16)
     lowered = softplus_backward_inplace.lower(src, src, jnp.float32(1.7))
-    loop = roofline.hot_loop(lowered, None, 4)
+    loop = roofline.hot_loop(lowered, 4)
     ops = [op for op, _ in loop.instructions]
     assert loop.divides == 1
     assert not any(op.startswith("call") for op in ops)  # no libm, all inline
     assert loop.elements * 32 == loop.width  # one vector of float32 a turn
     # The naive formula, for comparison: also one division.
     naive = jax.jit(naive_backward, donate_argnums=1).lower(src, src, jnp.float32(1.7))
-    assert roofline.hot_loop(naive, None, 4).divides == 1
+    assert roofline.hot_loop(naive, 4).divides == 1
 
 
 @x86

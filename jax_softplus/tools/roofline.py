@@ -13,10 +13,11 @@ formula under a plain `jax.jit`, and for a donated `a * b`:
   (eight independent chains of mixed float and integer vector ops; eight
   independent divides), so no table of instruction latencies is assumed;
 - **measured cycles per element** (per core; XLA splits each loop over the
-  cores), at an L3-resident size where the loop is bound by its own
-  instructions, and at 16M and 128M elements, where memory takes over. The
-  clock is measured too, by a chain of dependent integer adds (one per
-  cycle on every x86-64 core).
+  cores): in the L3 cache, where the loop is bound by its own instructions
+  (the time of 2n elements less that of n, n = 1M by default, which cancels
+  the fixed cost of a call), and at 16M and 128M elements, where memory
+  takes over. The clock is measured too, by a chain of dependent integer
+  adds (one per cycle on every x86-64 core).
 
 measured / bound says how close the loop runs to its instruction
 throughput; what is left is latency (the loop's dependency chain against
@@ -75,15 +76,11 @@ class Loop:
     def divides(self):
         return sum(1 for op, _ in self.instructions if op.startswith(("vdiv", "vsqrt")))
 
-    @property
-    def converts(self):
-        return sum(1 for op, _ in self.instructions if op.startswith("vcvt"))
-
 
 def _objdump():
     tool = shutil.which("objdump") or shutil.which("llvm-objdump")
     if tool is None:
-        sys.exit("the roofline reads XLA's object code with objdump: install binutils")
+        raise RuntimeError("reading XLA's object code needs objdump (binutils)")
     return tool
 
 
@@ -134,20 +131,17 @@ def _width(body):
     return 512 if "zmm" in regs else 256 if "ymm" in regs else 128
 
 
-def hot_loop(fn, args, itemsize, options=None) -> Loop:
-    """The loop with the most instructions in what XLA compiles for `fn`
-    (a function, or a `Lowered`)."""
-    lowered = (
-        fn if hasattr(fn, "compile") else jax.jit(fn, donate_argnums=1).lower(*args)
-    )
+def hot_loop(lowered, itemsize, options=None) -> Loop:
+    """The loop with the most instructions in what XLA:CPU compiles for a
+    `jax.stages.Lowered` (with `options` added to its compiler options)."""
     with tempfile.TemporaryDirectory() as d:
         lowered.compile(compiler_options={**(options or {}), "xla_dump_to": d})
         files = glob.glob(os.path.join(d, "*.o"))
         if not files:
-            sys.exit("XLA dumped no object code (xla_dump_to): a non-CPU backend?")
+            raise RuntimeError("XLA dumped no object code (xla_dump_to)")
         loops = [loop for f in files for loop in _loops(f, itemsize)]
     if not loops:
-        sys.exit("no loop found in XLA's object code")
+        raise RuntimeError("no loop found in XLA's object code")
     return max(loops, key=lambda loop: len(loop.instructions))
 
 
@@ -266,7 +260,7 @@ def _per_instruction(fn, n, clock, cores, counter, width):
         return jitted.lower(src, dd, beta).compile(), src, dd, beta
 
     src, dd = sample_data(n, jnp.float32)
-    loop = hot_loop(jitted.lower(src, dd, jnp.float32(1.0)), None, 4, options)
+    loop = hot_loop(jitted.lower(src, dd, jnp.float32(1.0)), 4, options)
     per_element = _cycles(make, n, clock, cores, marginal=True)
     return per_element * loop.elements / counter(loop)
 
@@ -320,7 +314,7 @@ def roofline(dtypes, beta, sizes, progress=lambda msg: None):
         for name, kernel in _KERNELS.items():
             progress(f"{dt} {name}")
             src, dd = sample_data(sizes[0], dtype)
-            loop = hot_loop(kernel.lower(src, dd, jnp.float32(beta)), None, itemsize)
+            loop = hot_loop(kernel.lower(src, dd, jnp.float32(beta)), itemsize)
             width = 512 if loop.width == 512 else 256
             bound = max(
                 (loop.vector - loop.divides) * per_vector[width],
@@ -375,6 +369,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if jax.default_backend() != "cpu":
         p.error(f"the roofline reads XLA:CPU's code, not {jax.default_backend()}'s")
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        p.error(f"the roofline reads x86-64 code; this is {platform.machine()}")
     try:
         dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
         sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -382,13 +378,16 @@ def main(argv=None):
         p.error(str(err))
     if len(sizes) != 3:
         p.error(f"--sizes takes three sizes, got {args.sizes!r}")
-    _objdump()
-    rows, cal = roofline(
-        dtypes,
-        args.beta,
-        sizes,
-        lambda m: print(f"\r{m:60}", end="", file=sys.stderr, flush=True),
-    )
+    try:
+        _objdump()
+        rows, cal = roofline(
+            dtypes,
+            args.beta,
+            sizes,
+            lambda m: print(f"\r{m:60}", end="", file=sys.stderr, flush=True),
+        )
+    except RuntimeError as err:
+        sys.exit(f"\npython -m jax_softplus.tools.roofline: {err}")
     print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
     m = machine()
     unit = "cycles" if cal["clock_ghz"] else "ns (no clock measured)"
