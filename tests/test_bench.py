@@ -80,3 +80,11 @@ def test_the_machine_is_named(capsys):
     out = capsys.readouterr().out.splitlines()
     line = next(row for row in out if row.startswith("machine:"))
     assert m["cpu"] in line and "cores" in line and m["jax"] in line
+
+
+def test_default_sizes_reach_past_the_last_level_cache(capsys):
+    # 128M float32 elements are 512 MiB per array, past any current L3.
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "default: 16M,128M" in help_text

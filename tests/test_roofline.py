@@ -86,3 +86,8 @@ def test_bad_sizes_are_usage_errors(capsys):
         roofline.main(["--sizes", "1M,16M"])
     assert exc.value.code == 2
     assert "three sizes" in capsys.readouterr().err
+
+
+def test_a_bound_lost_in_noise_reads_nan_not_a_crash():
+    row = roofline.Row("f32", "k", 10, 8, 0, 16, 512, 0.0, 1.0, 1.0, 1.0)
+    assert math.isnan(row.gap)

@@ -109,7 +109,7 @@ def _torch_methods(src, dd, beta):
     torch = torch_or_none()
     if torch is None:
         return {}
-    torch.set_num_threads(_cpu_count())
+    torch.set_num_threads(cpu_count())
     ts, td = to_torch(torch, src), to_torch(torch, dd)
     out = torch.empty_like(td)
     op = torch.ops.aten.softplus_backward
@@ -119,7 +119,8 @@ def _torch_methods(src, dd, beta):
     }
 
 
-def _cpu_count():
+def cpu_count():
+    """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
@@ -502,7 +503,7 @@ def machine() -> dict:
     cpu = _cpu_info()
     return {
         "cpu": cpu["model"],
-        "cores": _cpu_count(),
+        "cores": cpu_count(),
         "isa": " ".join(cpu["isa"]),
         "caches": cpu["caches"],
         "jax": jax.__version__,

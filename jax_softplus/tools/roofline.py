@@ -54,7 +54,7 @@ from jax_softplus.tools._common import (
     print_rows,
     sample_data,
 )
-from jax_softplus.tools.bench import format_size, machine, parse_size
+from jax_softplus.tools.bench import cpu_count, format_size, machine, parse_size
 
 _INSN = re.compile(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)")
 _VECTOR_REG = re.compile(r"\b([xyz]mm\d+|k[0-7])\b")
@@ -261,6 +261,8 @@ def _per_instruction(fn, n, clock, cores, counter, width):
 
     src, dd = sample_data(n, jnp.float32)
     loop = hot_loop(jitted.lower(src, dd, jnp.float32(1.0)), 4, options)
+    if not counter(loop):
+        raise RuntimeError(f"the calibration loop {fn.__name__} has none to count")
     per_element = _cycles(make, n, clock, cores, marginal=True)
     return per_element * loop.elements / counter(loop)
 
@@ -281,7 +283,9 @@ class Row:
 
     @property
     def gap(self):
-        return self.in_l3 / self.bound
+        # A bound of 0 or less comes from calibration timings lost in noise
+        # (a marginal time can come out negative at small sizes).
+        return self.in_l3 / self.bound if self.bound > 0 else float("nan")
 
 
 _KERNELS = {
@@ -292,7 +296,7 @@ _KERNELS = {
 
 
 def roofline(dtypes, beta, sizes, progress=lambda msg: None):
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    cores = cpu_count()
     progress("measuring the clock")
     clock = clock_hz()
     n_cal = sizes[0]
