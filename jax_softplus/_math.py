@@ -189,13 +189,17 @@ def _product(beta, x, compensate, limit):
 def _scale_bits(k):
     """Bits of x_scale = 2**(k - K) and y_scale = 2**-K, K = clip(k - 1, 0, 126).
 
-    For k <= 253; x_scale is 0 below 2**-126. K lags k by one so that, with
+    For |k| <= 253; x_scale is 0 below 2**-126. K lags k by one so that, with
     exp = 2**k * q and q in [0.71, 1.41], D = q * x_scale + y_scale is at
     least 1 (x_scale >= 2 wherever K > 0) and dd / D cannot overflow.
     """
-    y_bits = lax.shift_left(_I32(128) - lax.clamp(_I32(1), k, _I32(127)), _I32(23))
+    # Clamped after the shift, which |k| <= 253 leaves in range: one shift
+    # instead of two, and XLA takes k << 23 straight from `_nearest_k`'s
+    # bits, whose magic offset shifts out.
+    kb = lax.shift_left(k, _I32(23))
+    y_bits = _I32(128 << 23) - lax.clamp(_I32(1 << 23), kb, _I32(127 << 23))
     # 2**(k - K) = 2**k * 2**-K: add the exponents (k - K = k where k < 0).
-    x_bits = lax.shift_left(lax.max(k, _I32(-127)), _I32(23)) + y_bits
+    x_bits = lax.max(kb, _I32(-127 << 23)) + y_bits
     return x_bits, y_bits
 
 
