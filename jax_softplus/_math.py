@@ -52,9 +52,9 @@ _MAGIC = _F32(12582912.0)
 _MAGIC_BITS = _I32(0x4B400000)
 # Clamps of z = -t in the backward kernels. Below -_ZMAX sigmoid(t) is 1 to
 # far below rounding (already below z = -17.4, where exp(z) < 2**-25); the
-# value keeps k = round(z / ln 2) >= -253, the range that `_scale_bits`
-# and `_deep_tail` are written for: 175.5 / ln 2 = 253.2.
-_ZMAX = _F32(175.5)
+# value keeps k = round(z / ln 2) >= -126 (87 / ln 2 = 125.5), so that
+# 2**k is a normal float32 with no clamp of its own in `_scale_bits`.
+_ZMAX = _F32(87.0)
 # The forward op's clamp of |t|: beyond it e**-|t| / beta is below the
 # normal range for every normal beta, and k = round(-|t| / ln 2) >= -253.
 _ZFWD = _F32(175.0)
@@ -189,7 +189,7 @@ def _product(beta, x, compensate, limit):
 def _scale_bits(k):
     """Bits of x_scale = 2**(k - K) and y_scale = 2**-K, K = clip(k - 1, 0, 126).
 
-    For |k| <= 253; x_scale is 0 below 2**-126. K lags k by one so that, with
+    For k in [-126, 253] (`_ZMAX`, `_deep_tail`). K lags k by one so that, with
     exp = 2**k * q and q in [0.71, 1.41], D = q * x_scale + y_scale is at
     least 1 (x_scale >= 2 wherever K > 0) and dd / D cannot overflow.
     """
@@ -199,8 +199,7 @@ def _scale_bits(k):
     kb = lax.shift_left(k, _I32(23))
     y_bits = _I32(128 << 23) - lax.clamp(_I32(1 << 23), kb, _I32(127 << 23))
     # 2**(k - K) = 2**k * 2**-K: add the exponents (k - K = k where k < 0).
-    x_bits = lax.max(kb, _I32(-127 << 23)) + y_bits
-    return x_bits, y_bits
+    return kb + y_bits, y_bits
 
 
 def _sigmoid_is_zero(src, beta):
@@ -227,20 +226,38 @@ def _deep_tail(k, src, dd, beta):
     return lax.select(deep, k - _I32(25), k), lax.select(deep, dd * scale, dd)
 
 
-def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True):
+def _scaled(dd, d, y_scale, ftz):
+    """(dd / d) * y_scale, with y_scale = 2**-K and d >= 1.
+
+    Where subnormal results are flushed to zero (`ftz`, XLA:CPU), the scale
+    may come first, off the division's dependency chain, with the same bits:
+    a power of two commutes with the rounding wherever the result is normal,
+    and where dd * y_scale is subnormal so is the result.
+    """
+    return (dd * y_scale) / d if ftz else (dd / d) * y_scale
+
+
+def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True, ftz=False):
     """dd * sigmoid(beta * src) for float32 data, about 2 ulp at worst.
 
     `compensate` adds the error-free product, needed unless beta * src is
     known to be exact; `balance` rebalances it (`_balance`), needed unless
-    |beta| is known to be in [2**-64, 2**64].
+    |beta| is known to be in [2**-64, 2**64]. `ftz`: the platform flushes
+    subnormal results (`_scaled`).
     """
     # -t = (-beta) * src exactly, with -beta formed once: the negation
     # costs nothing per element. exp(-t) = exp(z + zl).
     nbeta, x = -beta, src
     if compensate and balance:
         nbeta, x, _ = _balance(nbeta, x)
-    z, zl = _product(nbeta, x, compensate, _ZDEEP)
-    k, p = _exp_reduce(lax.clamp(-_ZMAX, z, _ZDEEP), zl)
+    z = nbeta * x
+    zc = lax.clamp(-_ZMAX, z, _ZDEEP)
+    zl = None
+    if compensate:
+        # Where z is clamped (or inf or NaN) the correction is moot and the
+        # split may overflow: dropped there, with one compare.
+        zl = lax.select(zc == z, _product_error(nbeta, x, z), lax.full_like(z, 0))
+    k, p = _exp_reduce(zc, zl)
     k, dd = _deep_tail(k, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k - 1, 0, 126) scales D into range.
     x_bits, y_bits = _scale_bits(k)
@@ -250,7 +267,7 @@ def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True):
     small = lax.bitcast_convert_type(lax.min(x_bits, y_bits), _F32)
     x_scale = lax.bitcast_convert_type(x_bits, _F32)
     d = big + (small + p * x_scale)
-    return (dd / d) * lax.bitcast_convert_type(y_bits, _F32)
+    return _scaled(dd, d, lax.bitcast_convert_type(y_bits, _F32), ftz)
 
 
 # exp(r) on [-ln 2 / 2, ln 2 / 2], degree 4, highest first (a minimax fit:
@@ -286,19 +303,20 @@ def _exp_reduce_half(z):
     return k, q
 
 
-def sigmoid_times_bf16(src, dd, beta):
+def sigmoid_times_bf16(src, dd, beta, *, ftz=False):
     """dd * sigmoid(beta * src) in float32 for bfloat16 data.
 
     bfloat16 has float32's exponent range, so the tail where exp(-t)
     overflows but the result is normal is kept, with the scaled
     denominator of the float32 kernel; the exponential needs only 2**-18.
+    `ftz` as for `sigmoid_times_f32`.
     """
     k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _ZDEEP))
     k, dd = _deep_tail(k, src, dd, beta)
     x_bits, y_bits = _scale_bits(k)
     y_scale = lax.bitcast_convert_type(y_bits, _F32)
     d = q * lax.bitcast_convert_type(x_bits, _F32) + y_scale
-    return (dd / d) * y_scale
+    return _scaled(dd, d, y_scale, ftz)
 
 
 def sigmoid_times_f16(src, dd, beta):
@@ -631,14 +649,14 @@ def backward_kernel(src, dd, beta, hints, *, platform=None):
             beta,
             compensate=not hints.beta_exact,
             balance=not hints.beta_moderate,
+            ftz=cpu,
         )
         return fusion_fence(out, dd) if cpu else out
     if dtype == np.float16:
-        kernel = sigmoid_times_f16
+        out = sigmoid_times_f16(to_f32(src), to_f32(dd), beta)
     else:
-        kernel = sigmoid_times_bf16
         beta = canonical_nan(beta) if cpu else beta
-    out = kernel(to_f32(src), to_f32(dd), beta)
+        out = sigmoid_times_bf16(to_f32(src), to_f32(dd), beta, ftz=cpu)
     return from_f32(out, dtype, nan_low_bits_clear=cpu)
 
 
