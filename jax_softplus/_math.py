@@ -127,11 +127,15 @@ def _nearest_k(z):
     The magic-number addition does the rounding itself (a multiply-add and
     an integer subtract, where a floor costs a rounding instruction and an
     add more), so the reduced argument r = z - k ln 2 has |r| <= ln(2) / 2.
-    k comes back to float from the integer: XLA would fold
-    (v + MAGIC) - MAGIC to v.
+    The float k is (v + MAGIC) - MAGIC, exact, with the magic number behind
+    a barrier: XLA would fold a constant's sum and difference to v. One
+    subtraction on the dependency chain instead of an integer subtract and
+    a convert; k << 23, the integer's only use in the scale bits, shifts the
+    magic's offset out.
     """
-    k = lax.bitcast_convert_type(z * _LOG2E + _MAGIC, _I32) - _MAGIC_BITS
-    return k, lax.convert_element_type(k, np.float32)
+    magic = lax.optimization_barrier(_MAGIC)
+    v = z * _LOG2E + magic
+    return lax.bitcast_convert_type(v, _I32) - _MAGIC_BITS, v - magic
 
 
 def _exp_reduce(z, zl):
@@ -139,7 +143,8 @@ def _exp_reduce(z, zl):
 
     `zl` is a small correction (the product error, or None for an exact z).
     With k from `_nearest_k`, a degree-6 polynomial suffices for expm1(r).
-    Returns (k as int32, p) with p in [-0.30, 0.42] up to rounding.
+    Returns (k as int32, k as float32, p) with p in [-0.30, 0.42] up to
+    rounding.
     """
     k, kf = _nearest_k(z)
     rh = z - kf * _LN2_HI  # exact: _LN2_HI has 9 bits, |k| < 2**15
@@ -153,7 +158,7 @@ def _exp_reduce(z, zl):
     r = rh - w
     rc = (rh - r) - w
     p = r + (_expm1_poly(r) + rc)
-    return k, p
+    return k, kf, p
 
 
 def _balance(beta, x):
@@ -213,14 +218,15 @@ def _sigmoid_is_zero(src, beta):
     return src == lax.full_like(beta, -np.inf) * lax.sign(beta)
 
 
-def _deep_tail(k, src, dd, beta):
+def _deep_tail(k, kf, src, dd, beta):
     """Move 2**-25 of the scale into dd where k > 253 (t below -175.7).
 
     2**-k then needs three factors; dd * 2**-25 is exact unless dd is so
     small that the result is 0 anyway. Where sigmoid is exactly 0 the factor
-    is 0, so that inf * 0 is NaN. Returns the new (k, dd).
+    is 0, so that inf * 0 is NaN. Returns the new (k, dd). The test is on
+    the float k (`kf`), so that the integer is only shifted (`_nearest_k`).
     """
-    deep = k > _I32(253)
+    deep = kf > _F32(253)
     zero = lax.full_like(dd, 0)
     scale = lax.select(_sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-25))
     return lax.select(deep, k - _I32(25), k), lax.select(deep, dd * scale, dd)
@@ -257,8 +263,8 @@ def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True, ftz=False):
         # Where z is clamped (or inf or NaN) the correction is moot and the
         # split may overflow: dropped there, with one compare.
         zl = lax.select(zc == z, _product_error(nbeta, x, z), lax.full_like(z, 0))
-    k, p = _exp_reduce(zc, zl)
-    k, dd = _deep_tail(k, src, dd, beta)
+    k, kf, p = _exp_reduce(zc, zl)
+    k, dd = _deep_tail(k, kf, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k - 1, 0, 126) scales D into range.
     x_bits, y_bits = _scale_bits(k)
     # D = big + (small + p * x_scale): one rounding of size ulp(D). Both
@@ -293,14 +299,14 @@ def _exp_reduce_half(z):
 
     For half-precision results computed in f32: about half the instructions
     of XLA's exp, which is accurate to float32's last bit. k is from
-    `_nearest_k`. Returns (k, q).
+    `_nearest_k`. Returns (k, k as float32, q).
     """
     k, kf = _nearest_k(z)
     r = z - kf * _F32(np.log(2.0))
     q = _EXP_Q4[0]
     for c in _EXP_Q4[1:]:
         q = q * r + c
-    return k, q
+    return k, kf, q
 
 
 def sigmoid_times_bf16(src, dd, beta, *, ftz=False):
@@ -311,8 +317,8 @@ def sigmoid_times_bf16(src, dd, beta, *, ftz=False):
     denominator of the float32 kernel; the exponential needs only 2**-18.
     `ftz` as for `sigmoid_times_f32`.
     """
-    k, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _ZDEEP))
-    k, dd = _deep_tail(k, src, dd, beta)
+    k, kf, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _ZDEEP))
+    k, dd = _deep_tail(k, kf, src, dd, beta)
     x_bits, y_bits = _scale_bits(k)
     y_scale = lax.bitcast_convert_type(y_bits, _F32)
     d = q * lax.bitcast_convert_type(x_bits, _F32) + y_scale
@@ -331,7 +337,7 @@ def sigmoid_times_f16(src, dd, beta):
     # so e rounds to 0 there anyway, and k stays above -151. -t <= 88:
     # exp(88) < float32's max (e**88.7), so e + 1 is finite and inf * sigmoid
     # stays inf; 65504 / exp(88) is far below float16's smallest subnormal.
-    k, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -beta * src, _F32(88.0)))
+    k, _, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -beta * src, _F32(88.0)))
     e = q * _pow2(lax.max(k, _I32(-127)))
     out = dd / (e + _F32(1))
     return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
@@ -567,7 +573,7 @@ def softplus_f32(x, beta, *, compensate, balance=True):
     z = lax.max(-lax.abs(t), -_ZFWD)
     if tl is not None:
         tl = lax.select(pos, -tl, tl)  # -|beta x| = z + tl
-    k, p = _exp_reduce(z, tl)
+    k, _, p = _exp_reduce(z, tl)
     # e = 2**k (1 + p) as e_hi + e_lo (k <= 0); wrong below k = -126, where
     # only the tail is used.
     scale = _pow2(lax.max(k, _I32(-126)))
