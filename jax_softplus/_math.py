@@ -24,7 +24,9 @@ Float32 layout of the backward kernel, for `diff_src = dd * sigmoid(t)` with
    third factor, 2**-25, is taken from `dd` (exact unless the result is far
    below float32's normal range).
 4. `diff_src = (dd / D) * 2**-K`, a single rounding in the division; the
-   final scaling by a power of two is exact.
+   final scaling by a power of two is exact. On CPUs, which flush subnormal
+   results, `(dd * 2**-K) / D` gives the same bits with the scaling off the
+   division's dependency chain (`_scaled`).
 
 Each expensive op (the division) has exactly one consumer: XLA's fusion pass
 refuses to duplicate an expensive producer, and a second consumer would split
