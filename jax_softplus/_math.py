@@ -237,10 +237,11 @@ def _deep_tail(k, kf, src, dd, beta):
 def _scaled(dd, d, y_scale, ftz):
     """(dd / d) * y_scale, with y_scale = 2**-K and d >= 1.
 
-    Where subnormal results are flushed to zero (`ftz`, XLA:CPU), the scale
-    may come first, off the division's dependency chain, with the same bits:
-    a power of two commutes with the rounding wherever the result is normal,
-    and where dd * y_scale is subnormal so is the result.
+    Where subnormal results are flushed to zero (`ftz`, XLA:CPU's default),
+    the scale may come first, off the division's dependency chain, with the
+    same bits: a power of two commutes with the rounding wherever the result
+    is normal, and where dd * y_scale is subnormal so is the result (both
+    orders give 0). Without flushing, a subnormal result could round twice.
     """
     return (dd * y_scale) / d if ftz else (dd / d) * y_scale
 
