@@ -1,5 +1,6 @@
 """The lowering: plain StableHLO, one loop fusion, export to every platform."""
 
+import functools
 import re
 import subprocess
 import sys
@@ -9,9 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import seed_of
 from jax import export
 
-from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+from jax_softplus import _math, softplus, softplus_backward, softplus_backward_inplace
 
 
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16, jnp.float16))
@@ -56,6 +58,30 @@ def test_bfloat16_nan_select_is_kept_off_the_cpu():
     for platform, selects in (("cpu", False), ("cuda", False), ("tpu", True)):
         text = export.export(jax.jit(f), platforms=(platform,))(spec, spec, beta)
         assert (canonical in text.mlir_module()) == selects, platform
+
+
+@pytest.mark.parametrize("kernel", ("f32", "bf16"))
+def test_the_cpu_order_of_the_final_scaling_gives_the_same_bits(kernel):
+    # CPUs flush subnormal results, so the lowering scales diff_dst before the
+    # division (`_math._scaled`); the portable order scales after it. Over
+    # every region of t, tails and results near the subnormal range included.
+    rng = np.random.default_rng(seed_of("ftz order", kernel))
+    n = 1 << 18
+    sign = rng.choice([-1.0, 1.0], (2, n))
+    src = (np.exp2(rng.uniform(-30, 9, n)) * sign[0]).astype(np.float32)
+    dd = (np.exp2(rng.uniform(-140, 128, n)) * sign[1]).astype(np.float32)
+    src[:4], dd[:4] = [np.inf, -np.inf, np.nan, 3e38], [np.inf, 1e38, 1.0, -np.inf]
+    if kernel == "f32":
+        fn = functools.partial(_math.sigmoid_times_f32, compensate=True)
+    else:
+        fn = _math.sigmoid_times_bf16
+    for beta in (1.7, -0.3, 88.0):
+        b = jnp.float32(beta)
+        cpu = jax.jit(functools.partial(fn, ftz=True))(src, dd, b)
+        portable = jax.jit(functools.partial(fn, ftz=False))(src, dd, b)
+        np.testing.assert_array_equal(
+            np.asarray(cpu).view(np.uint32), np.asarray(portable).view(np.uint32)
+        )
 
 
 def _exported():

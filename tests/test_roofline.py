@@ -48,8 +48,9 @@ def test_the_float32_kernel_is_one_loop_with_one_division_and_no_calls():
     assert loop.divides == 1
     assert not any(op.startswith("call") for op in ops)  # no libm, all inline
     assert loop.elements * 32 == loop.width  # one vector of float32 a turn
-    # The float k of the exponent reduction is one subtraction: no integer
-    # to float convert (XLA would fold it without the barrier in _nearest_k).
+    # The float k of the exponent reduction is one subtraction, not the
+    # integer-to-float convert it replaced. (Without the barrier in
+    # _nearest_k XLA folds the subtraction away: the numerics tests catch that.)
     assert not any(op.startswith("vcvtdq2ps") for op in ops), ops
     # The naive formula, for comparison: also one division.
     naive = jax.jit(naive_backward, donate_argnums=1).lower(src, src, jnp.float32(1.7))
