@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jax_softplus import _dispatch, _validate
+from jax_softplus import _compat, _dispatch, _validate
 
 
 def softplus_backward(
@@ -50,14 +51,16 @@ def softplus_backward(
       >>> softplus_backward(jnp.array([-1.0, 0.0, 2.0]), jnp.ones(3), beta=2.0)
       Array([0.11920292, 0.5       , 0.98201376], dtype=float32)
     """
-    return _dispatch.backward_call(*_validated(src, diff_dst, beta))
+    *args, weak = _validated(src, diff_dst, beta)
+    out = _dispatch.backward_call(*args)
+    return _compat.weakly_typed(out) if weak else out
 
 
 def _validated(src, diff_dst, beta):
-    """(src, diff_dst, beta as given, beta checked, hints)."""
-    src, diff_dst = _validate.check_operands(src, diff_dst)
+    """(src, diff_dst, beta as given, beta checked, hints, weak)."""
+    src, diff_dst, weak = _validate.check_operands(src, diff_dst)
     checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
-    return src, diff_dst, beta, checked, hints
+    return src, diff_dst, beta, checked, hints, weak
 
 
 def softplus_backward_inplace(
@@ -105,15 +108,44 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    args = _validated(src, diff_dst, beta)
+    *args, _ = _validated(src, diff_dst, beta)
     converted = args[1] is not diff_dst  # a host array, converted here
     return _dispatch.inplace_call(*args, converted=converted)
 
 
 def _lower(src, diff_dst, beta=1.0):
-    """Lower for any beta: the executable takes beta as an argument."""
-    src, diff_dst, _, checked, _ = _validated(src, diff_dst, beta)
+    """Lower for any beta: the executable takes beta as an argument.
+
+    Each argument may be a `jax.ShapeDtypeStruct`, as for any jitted
+    function; they are checked as arrays of that shape and dtype would be.
+    """
+    given = (src, diff_dst)
+    if any(isinstance(v, jax.ShapeDtypeStruct) for v in (*given, beta)):
+        *data, beta = jax.eval_shape(
+            _checked_types, *(_as_abstract(v) for v in (*given, beta))
+        )
+        # The given specs keep their shardings; the others are checked types.
+        src, diff_dst = (
+            v if isinstance(v, jax.ShapeDtypeStruct) else c
+            for v, c in zip(given, data, strict=True)
+        )
+        return _dispatch.inplace_lower(src, diff_dst, beta)
+    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
     return _dispatch.inplace_lower(src, diff_dst, checked)
+
+
+def _as_abstract(v):
+    """A spec, or a value as an argument of `eval_shape` (Python floats stay
+    Python floats, so that they take the data's dtype)."""
+    if isinstance(v, jax.ShapeDtypeStruct) or isinstance(v, (int, float)):
+        return v
+    return jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
+
+
+def _checked_types(src, diff_dst, beta):
+    # Under eval_shape: the checks run on tracers of the specs' types.
+    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
+    return src, diff_dst, checked
 
 
 softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ Tested: jax 0.8.2 and 0.10.2 (Python 3.11), 0.11.2 and 0.12.0.1 (Python
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,72 @@ def varying_axes(aval: Any) -> frozenset:
     if mat is not None:
         return frozenset(mat.varying)
     return frozenset(getattr(aval, "vma", ()))
+
+
+def _hi_primitive_base() -> type | None:
+    """JAX's user-defined primitive with its own derivative rules, where it
+    has everything `softplus` needs: reverse mode given by a fwd/bwd pair
+    that is told which inputs are perturbed, forward mode (`jvp`, and
+    `lin`/`linearized` for `jax.linearize`) and a batching rule of the
+    subclass's own. `jax.experimental.hijax.HiPrim` from JAX 0.11,
+    `VJPHiPrimitive` before; JAX 0.8's `VJPHiPrimitive` has no `lin` and
+    no nonzeros in `vjp_fwd`, so there (and where it is gone) None.
+    """
+    try:
+        from jax.experimental import hijax
+    except ImportError:  # pragma: no cover - older or future JAX
+        return None
+    base = getattr(hijax, "HiPrim", None) or getattr(hijax, "VJPHiPrimitive", None)
+    needed = ("expand", "vjp_fwd", "vjp_bwd_retval", "jvp", "lin", "linearized")
+    if base is None or not all(hasattr(base, n) for n in needed):
+        return None
+    if "nzs_in" not in inspect.signature(base.vjp_fwd).parameters:
+        return None  # pragma: no cover - JAX 0.8 has no lin either
+    if "batch" not in vars(base) or getattr(hijax, "Zero", None) is None:
+        return None  # pragma: no cover
+    return base
+
+
+#: The base class of `softplus`'s primitive, or None where `softplus` keeps
+#: `jax.custom_vjp` (reverse mode only).
+HiPrim = _hi_primitive_base()
+#: The symbolic zero tangent and cotangent that HiPrim's rules see.
+HiZero = None
+if HiPrim is not None:
+    from jax.experimental.hijax import Zero as HiZero  # noqa: F401
+
+
+def register_hi_nan_check(cls: type) -> None:
+    """Make `checkify`'s float checks report a NaN made by an instance of
+    the HiPrim subclass `cls`; other hi primitives keep JAX's own rule.
+
+    JAX's rule for all of them runs the primitive unchecked. Without the
+    private table the op is unchecked, as the others are.
+    """
+    try:
+        from jax._src import checkify
+        from jax._src.hijax import call_hi_primitive_p
+    except ImportError:  # pragma: no cover - future JAX
+        return
+    table = getattr(checkify, "error_checks", None)
+    check = getattr(checkify, "nan_error_check", None)
+    if table is None or check is None or call_hi_primitive_p not in table:
+        return  # pragma: no cover
+    jax_rule = table[call_hi_primitive_p]
+
+    def rule(error, enabled_errors, *vals, **params):
+        if not any(isinstance(p, cls) for p in params.values()):
+            return jax_rule(error, enabled_errors, *vals, **params)
+        return check(call_hi_primitive_p, error, enabled_errors, *vals, **params)
+
+    table[call_hi_primitive_p] = rule
+
+
+def weakly_typed(x: Any) -> Any:
+    """`x` as a weakly typed value of its dtype (as Python scalars promote)."""
+    from jax._src.lax import lax as lax_internal
+
+    return lax_internal._convert_element_type(x, x.dtype, weak_type=True)
 
 
 def register_nan_check(prim: Any) -> None:

@@ -129,7 +129,9 @@ def _layout(src, diff_dst):
     Only a committed diff_dst chooses the layout; an uncommitted one follows
     src (`_follow_src`).
     """
-    if not diff_dst.committed or _same_layout(diff_dst, src):
+    # A jax.ShapeDtypeStruct (for .lower) is committed where it names a layout.
+    committed = getattr(diff_dst, "committed", diff_dst.sharding is not None)
+    if not committed or src.sharding is None or _same_layout(diff_dst, src):
         return None
     return diff_dst.sharding
 

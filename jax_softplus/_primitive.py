@@ -25,7 +25,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 
-from jax_softplus import _compat, _math, _sharding
+from jax_softplus import _compat, _jet, _math, _sharding
 from jax_softplus._validate import BetaHints
 
 softplus_backward_p = Primitive("softplus_backward")
@@ -58,18 +58,41 @@ def _arrays(*values):
     )
 
 
-def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINTS):
-    """Shapes and dtypes were validated before `bind`; here they are asserted.
+_DATA_DTYPES = tuple(map(np.dtype, ("float32", "bfloat16", "float16", "float64")))
 
-    The mesh types are checked, not asserted: `bind` matches them, but
-    `softplus_backward_p` is public, and a direct bind could otherwise type
-    the result as replicated where it varies, or with `src`'s sharding alone.
-    JAX's own elementwise primitives refuse such operands too.
+
+def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINTS):
+    """The result's type: `src`'s, strongly typed.
+
+    The public functions validate before `bind`; a direct bind of operands
+    the kernel cannot take gets a `TypeError` here, as JAX's own primitives
+    give. The mesh types are checked too: `bind` matches them, but a direct
+    bind could otherwise type the result as replicated where it varies, or
+    with `src`'s sharding alone.
     """
     del beta_hints
-    assert src.shape == diff_dst.shape, (src.shape, diff_dst.shape)
-    assert src.dtype == diff_dst.dtype, (src.dtype, diff_dst.dtype)
-    assert beta.shape in ((), src.shape), (beta.shape, src.shape)
+    for name, aval in zip(_OPERANDS[:2], (src, diff_dst), strict=True):
+        if aval.dtype not in _DATA_DTYPES:
+            raise TypeError(
+                f"softplus_backward_p: {name} has dtype {aval.dtype}; it takes "
+                "float32, bfloat16, float16 or float64 data."
+            )
+    if not jnp.issubdtype(beta.dtype, jnp.floating):
+        raise TypeError(
+            f"softplus_backward_p: beta has dtype {beta.dtype}; it takes a "
+            "floating-point beta (float32, or float64 for float64 data)."
+        )
+    if src.dtype != diff_dst.dtype:
+        raise TypeError(
+            "softplus_backward_p: src and diff_dst must have one dtype, got "
+            f"{src.dtype} and {diff_dst.dtype}."
+        )
+    if src.shape != diff_dst.shape or beta.shape not in ((), src.shape):
+        raise TypeError(
+            "softplus_backward_p: src and diff_dst must have one shape and beta "
+            f"be 0-d or of that shape, got src {src.shape}, diff_dst "
+            f"{diff_dst.shape} and beta {beta.shape}."
+        )
     operands = (src, diff_dst, beta)
     axes = [_compat.varying_axes(a) for a in operands]
     specs = [_sharding.sharding_spec(a) for a in operands]
@@ -195,3 +218,4 @@ ad.primitive_jvps[softplus_backward_p] = _softplus_backward_jvp
 ad.primitive_transposes[softplus_backward_p] = _softplus_backward_transpose
 _compat.register_batching_rule(softplus_backward_p, _softplus_backward_batch)
 _compat.register_nan_check(softplus_backward_p)
+_jet.register(softplus_backward_p, softplus_backward_p.bind)

@@ -11,7 +11,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
-from jax_softplus import _dispatch, _math, _sharding, _validate
+from jax_softplus import _compat, _dispatch, _math, _sharding, _validate
 from jax_softplus._primitive import bind
 
 # Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
@@ -66,9 +66,32 @@ def _dbeta(hints, x, beta):
     return _math.fusion_fence(lax.neg(first + second), ax)
 
 
-# The value itself carries a JVP: higher-order reverse mode differentiates a
-# custom_vjp's forward rule, and the kernel's rounding/bitcast steps have no
-# useful derivative of their own.
+def _is_zero(t):
+    # custom_jvp's SymbolicZero, or the Zero of ad and hijax.
+    return type(t) is SymbolicZero or type(t).__name__ == "Zero"
+
+
+def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):
+    """d softplus = sigma(beta x) x_dot + (d softplus / d beta) beta_dot.
+
+    The x term is the backward op with diff_dst = x_dot (linear in it, so
+    `jax.linearize` transposes it to one bind); `dbeta` is `_dbeta`'s value
+    when the caller already has it.
+    """
+    terms = []
+    if not _is_zero(x_dot):
+        terms.append(bind(x, x_dot, beta, hints))
+    if not _is_zero(beta_dot):
+        dbeta = _dbeta(hints, x, beta) if dbeta is None else dbeta
+        terms.append((dbeta * beta_dot).astype(x.dtype))
+    if not terms:
+        return jnp.zeros_like(x)
+    return sum(terms[1:], terms[0])
+
+
+# The value itself carries a JVP: higher-order derivatives differentiate the
+# rules below, and the kernel's rounding/bitcast steps have no useful
+# derivative of their own.
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _softplus_value(hints, x, beta):
     return _softplus_kernel(x, beta, hints=hints)
@@ -76,18 +99,103 @@ def _softplus_value(hints, x, beta):
 
 def _softplus_value_jvp(hints, primals, tangents):
     x, beta = primals
-    x_dot, beta_dot = tangents
-    y = _softplus_value(hints, x, beta)
-    terms = []
-    if type(x_dot) is not SymbolicZero:
-        terms.append(bind(x, x_dot, beta, hints))
-    if type(beta_dot) is not SymbolicZero:
-        terms.append((_dbeta(hints, x, beta) * beta_dot).astype(y.dtype))
-    y_dot = sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
-    return y, y_dot
+    return _softplus_value(hints, x, beta), _tangent(hints, x, beta, *tangents)
 
 
 _softplus_value.defjvp(_softplus_value_jvp, symbolic_zeros=True)
+
+
+def _sum_to(ct, beta):
+    """A per-element cotangent summed to beta's shape (0-d, or the data's)."""
+    return jnp.sum(ct) if beta.ndim == 0 else ct
+
+
+# Forward and reverse mode: a HiPrim (JAX 0.9+) ------------------------------
+
+if _compat.HiPrim is not None:
+
+    class _Softplus(_compat.HiPrim):
+        """`softplus` as a JAX primitive with rules of its own.
+
+        Reverse mode is a custom VJP (`vjp_fwd`/`vjp_bwd_retval`: the x
+        cotangent is one `softplus_backward` bind, d/d beta is computed only
+        where beta is perturbed); forward mode is `jvp`, and `lin` /
+        `linearized` for `jax.linearize`. Operands `(x, beta)`, beta 0-d or,
+        under `vmap` with a per-example beta, of x's shape.
+        """
+
+        skip_linearization_on_zero_tangents = True  # JAX 0.11+
+
+        def __init__(self, x_aval, beta_aval, hints):
+            self.in_avals = (x_aval, beta_aval)
+            self.out_aval = x_aval
+            self.params = {"hints": hints}
+            super().__init__()
+
+        def expand(self, x, beta):
+            return _softplus_kernel(x, beta, hints=self.hints)
+
+        def vjp_fwd(self, nzs_in, x, beta):
+            y = _softplus_value(self.hints, x, beta)
+            # The residuals' structure carries whether beta needs a cotangent.
+            return y, (x, beta, beta if nzs_in[1] else None)
+
+        def vjp_bwd_retval(self, res, g):
+            x, beta, beta_perturbed = res
+            if _is_zero(g):
+                return _zero_like(x), _zero_like(beta)
+            dx = bind(x, g, beta, self.hints)
+            if beta_perturbed is None:
+                return dx, _zero_like(beta)
+            dbeta = g.astype(beta.dtype) * _dbeta(self.hints, x, beta)
+            return dx, _sum_to(dbeta, beta)
+
+        def jvp(self, primals, tangents):
+            x, beta = primals
+            y = _softplus_value(self.hints, x, beta)
+            return y, _tangent(self.hints, x, beta, *tangents)
+
+        def lin(self, nzs_in, x, beta):
+            y = _softplus_value(self.hints, x, beta)
+            dbeta = _dbeta(self.hints, x, beta) if nzs_in[1] else None
+            return y, (x, beta, dbeta)
+
+        def linearized(self, res, x_dot, beta_dot):
+            x, beta, dbeta = res
+            return _tangent(self.hints, x, beta, x_dot, beta_dot, dbeta)
+
+        def batch(self, axis_data, args, dims):
+            # Elementwise: move x's batch axis where the output's goes and,
+            # for a per-example beta, broadcast beta to the batched shape.
+            (x, beta), (x_dim, beta_dim) = args, dims
+            if beta_dim is None and beta.ndim == 0:
+                return _bind_hi(x, beta, self.hints), x_dim
+            axis = 0 if x_dim is None else x_dim
+            if x_dim is None:
+                x = jnp.expand_dims(x, axis)
+                x = jnp.broadcast_to(
+                    x, x.shape[:axis] + (axis_data.size,) + x.shape[axis + 1 :]
+                )
+            if beta_dim is None:  # of x's unbatched shape
+                beta = lax.broadcast_in_dim(
+                    beta, x.shape, [i for i in range(x.ndim) if i != axis]
+                )
+            elif beta.ndim == 1:  # a 0-d beta, mapped
+                beta = lax.broadcast_in_dim(beta, x.shape, (axis,))
+            else:
+                beta = jnp.moveaxis(beta, beta_dim, axis)
+            return _bind_hi(x, beta, self.hints), axis
+
+    def _zero_like(v):
+        return _compat.HiZero(jax.typeof(v).to_tangent_aval())
+
+    def _bind_hi(x, beta, hints):
+        return _Softplus(jax.typeof(x), jax.typeof(beta), hints)(x, beta)
+
+    _compat.register_hi_nan_check(_Softplus)
+
+
+# Reverse mode only: jax.custom_vjp (JAX 0.8) --------------------------------
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -112,6 +220,10 @@ def _softplus_bwd(hints, res, g):
 
 
 _softplus.defvjp(_softplus_fwd, _softplus_bwd, symbolic_zeros=True)
+
+#: How `softplus` is differentiated under the installed JAX: "hiprim"
+#: (reverse and forward mode) or "custom_vjp" (reverse mode only).
+MECHANISM = "custom_vjp" if _compat.HiPrim is None else "hiprim"
 
 
 def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
@@ -153,13 +265,16 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       >>> jax.grad(lambda x: softplus(x, 2.0))(0.0)
       Array(0.5, dtype=float32)
     """
-    x = _validate.check_operand("x", x)
+    x, weak = _validate.check_forward_operand(x)
     checked, hints = _validate.check_beta(beta, x.dtype, forward=True)
-    return _dispatch.forward_call(x, beta, checked, hints, _traced)
+    y = _dispatch.forward_call(x, beta, checked, hints, _traced)
+    return _compat.weakly_typed(y) if weak else y
 
 
 def _traced(x, beta, hints):
-    # Matched outside the custom_vjp, so that the cast's transpose sums the
+    # Matched outside the op's rules, so that the cast's transpose sums the
     # cotangent of an operand replicated over shard_map's mesh.
     x, beta = _sharding.match_varying(x, beta)
-    return _softplus(hints, x, beta)
+    if _compat.HiPrim is None:
+        return _softplus(hints, x, beta)
+    return _bind_hi(x, beta, hints)

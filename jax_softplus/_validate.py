@@ -29,8 +29,9 @@ def data_dtypes() -> tuple[np.dtype, ...]:
     return (*base, _F64) if jax.config.jax_enable_x64 else base
 
 
-def _accepted() -> str:
-    return ", ".join(d.name for d in data_dtypes())
+def _accepted(promote: bool = False) -> str:
+    names = ", ".join(d.name for d in data_dtypes())
+    return f"{names}, integer or bool" if promote else names
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -42,8 +43,12 @@ def _is_python_scalar(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _dtype_of(name: str, value: Any) -> np.dtype:
-    """The canonical dtype `value` would have as a JAX array, or an error."""
+def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
+    """The canonical dtype `value` would have as a JAX array, or an error.
+
+    With `promote`, integer and bool dtypes are accepted too (the caller
+    promotes them, as `jax.nn.softplus` does).
+    """
     if isinstance(value, jax.Array):
         if not _compat.is_tracer(value) and value.is_deleted():
             raise ValueError(
@@ -58,17 +63,76 @@ def _dtype_of(name: str, value: Any) -> np.dtype:
         dtype = _sequence_dtype(name, value)
     else:
         raise TypeError(
-            f"{name} must be an array of dtype {_accepted()}, got "
+            f"{name} must be an array of dtype {_accepted(promote)}, got "
             f"{type(value).__name__} {value!r:.60}."
         )
     dtype = np.dtype(dtype)
+    if promote and _promotes(dtype):
+        return jax.dtypes.canonicalize_dtype(dtype)
     if dtype not in (_F32, _F64, *_HALF):
+        if promote:
+            raise TypeError(
+                f"{name} has dtype {dtype}; softplus accepts {_accepted(True)} "
+                "(integers and bools promote to the default float dtype, as in "
+                "jax.nn.softplus)."
+            )
         raise TypeError(
-            f"{name} has dtype {dtype}; softplus accepts {_accepted()} and does "
-            "not promote other dtypes (cast explicitly, e.g. x.astype(jnp.float32))."
+            f"{name} has dtype {dtype}; softplus_backward accepts {_accepted()} "
+            "and does not promote other dtypes (cast explicitly, e.g. "
+            "x.astype(jnp.float32))."
         )
     # float64 becomes float32 unless x64 is on, as everywhere in JAX.
     return jax.dtypes.canonicalize_dtype(dtype)
+
+
+def _promotes(dtype: np.dtype) -> bool:
+    return dtype == np.bool_ or jnp.issubdtype(dtype, jnp.integer)
+
+
+@functools.lru_cache(maxsize=64)
+def _promoted(dtype: np.dtype, weak: bool, x64: bool) -> tuple[np.dtype, bool]:
+    """The dtype and weak type that `jax.nn.softplus` gives an integer or
+    bool input: JAX's own promotion, read off `jnp.logaddexp(x, 0)`."""
+    del x64  # part of the key: the default float dtype depends on it
+    spec = jax.ShapeDtypeStruct((), dtype, weak_type=weak)
+    out = jax.eval_shape(lambda v: jnp.logaddexp(v, 0), spec)
+    return np.dtype(out.dtype), bool(out.weak_type)
+
+
+def is_weak(value: Any) -> bool:
+    """Whether `value` is weakly typed (a Python scalar, or a JAX value
+    derived from one), as JAX's promotion rules define it."""
+    if isinstance(value, (bool, int, float, complex)):
+        return True
+    return isinstance(value, jax.Array) and jax.typeof(value).weak_type
+
+
+def check_forward_operand(value: Any) -> tuple[jax.Array, bool]:
+    """`softplus`'s x as a strongly typed float array, and whether the result
+    is weakly typed: what `jax.nn.softplus` accepts, with its promotion."""
+    weak = is_weak(value)
+    if isinstance(value, complex) or (
+        hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.complexfloating)
+    ):
+        raise TypeError(
+            f"x must be real, got {type(value).__name__} of dtype "
+            f"{getattr(value, 'dtype', 'complex')}; softplus accepts "
+            f"{_accepted(True)}."
+        )
+    if isinstance(value, (bool, int, float)):
+        value = jnp.asarray(value)  # weakly typed, of the default dtype
+    dtype = _dtype_of("x", value, promote=True)
+    if _promotes(dtype):
+        dtype, weak = _promoted(dtype, weak, bool(jax.config.jax_enable_x64))
+    return _as_strong(value, dtype), weak
+
+
+def _as_strong(value: Any, dtype: np.dtype) -> jax.Array:
+    if isinstance(value, jax.Array) and value.dtype == dtype:
+        if not jax.typeof(value).weak_type:
+            return value  # the common case: no conversion, no copy
+        return jax.lax.convert_element_type(value, dtype)
+    return jnp.asarray(value, dtype)
 
 
 def _sequence_dtype(name: str, value: list | tuple) -> np.dtype:
@@ -92,7 +156,7 @@ def _sequence_dtype(name: str, value: list | tuple) -> np.dtype:
 
 
 def check_operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.Array:
-    """Check one data operand and return it as a JAX array.
+    """Check one data operand and return it as a strongly typed JAX array.
 
     A Python float takes `dtype` (the other operand's), else the default
     float dtype.
@@ -100,14 +164,13 @@ def check_operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.A
     if _is_python_scalar(value):
         target = dtype if dtype is not None else jax.dtypes.canonicalize_dtype(float)
         return jnp.asarray(value, target)
-    dtype = _dtype_of(name, value)
-    if isinstance(value, jax.Array) and value.dtype == dtype:
-        return value  # the common case: no conversion, no copy
-    return jnp.asarray(value, dtype)
+    return _as_strong(value, _dtype_of(name, value))
 
 
-def check_operands(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array]:
-    """Check `src` and `diff_dst`: one float dtype, one shape."""
+def check_operands(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array, bool]:
+    """Check `src` and `diff_dst`: one float dtype, one shape. Also returns
+    whether both are weakly typed (then so is the result)."""
+    weak = is_weak(src) and is_weak(diff_dst)
     if _is_python_scalar(src) and not _is_python_scalar(diff_dst):
         diff_dst = check_operand("diff_dst", diff_dst)
         src = check_operand("src", src, diff_dst.dtype)
@@ -125,7 +188,7 @@ def check_operands(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array]:
             f"src and diff_dst must have one shape, got src {src.shape} and "
             f"diff_dst {diff_dst.shape}; there is no broadcasting, as in oneDNN."
         )
-    return src, diff_dst
+    return src, diff_dst, weak
 
 
 def _is_real_dtype(dtype: Any) -> bool:

@@ -8,6 +8,7 @@ import pytest
 from jax.test_util import check_grads
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_p
+from jax_softplus._softplus import MECHANISM
 
 X = jnp.array([-3.0, -0.5, 0.0, 0.7, 2.5])
 G = jnp.array([0.3, -1.0, 2.0, 0.5, -0.25])
@@ -103,10 +104,38 @@ def test_hessian_by_reverse_over_reverse():
     np.testing.assert_array_equal(hess - jnp.diag(jnp.diag(hess)), 0.0)
 
 
-def test_forward_mode_over_custom_vjp_is_unsupported():
-    # A documented JAX limitation of custom_vjp, not of this library.
+@pytest.mark.skipif(MECHANISM != "custom_vjp", reason="forward mode supported")
+def test_forward_mode_is_unsupported_on_jax_0_8():
+    # JAX 0.8 has no HiPrim with lin: softplus is a jax.custom_vjp there.
     with pytest.raises(TypeError, match="custom_vjp"):
         jax.jvp(softplus, (X,), (jnp.ones_like(X),))
+
+
+@pytest.mark.skipif(MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8")
+def test_reverse_mode_runs_the_custom_vjp_and_forward_mode_the_jvp(monkeypatch):
+    # Observable: which of the op's rules ran (grad must not be a
+    # transposed JVP), and one softplus_backward bind for the x cotangent.
+    from jax_softplus import _softplus
+
+    ran = []
+    for rule in ("vjp_fwd", "vjp_bwd_retval", "jvp", "lin"):
+        original = getattr(_softplus._Softplus, rule)
+
+        def spy(self, *args, _original=original, _rule=rule):
+            ran.append(_rule)
+            return _original(self, *args)
+
+        monkeypatch.setattr(_softplus._Softplus, rule, spy)
+    f = lambda x: softplus(x, 1.7).sum()  # noqa: E731
+    jaxpr = jax.make_jaxpr(jax.grad(f))(X)
+    assert ran == ["vjp_fwd", "vjp_bwd_retval"]
+    assert _count_primitive(jaxpr.jaxpr, softplus_backward_p.name) == 1
+    ran.clear()
+    jax.jvp(f, (X,), (jnp.ones_like(X),))
+    assert ran == ["jvp"]
+    ran.clear()
+    jax.linearize(f, X)
+    assert ran == ["lin"]
 
 
 def test_linear_transpose_in_diff_dst():

@@ -4,9 +4,11 @@ input a user passes: the composability matrix.
 Each cell computes one quantity (the value, a reverse-mode derivative, a
 forward-mode derivative or a second derivative) with one transformation,
 from inputs of one kind, and must give the same bits as that quantity
-computed eagerly from float32 arrays, or raise the documented error
-(forward mode through `softplus`'s `custom_vjp`). `docs/sharp_bits.md`
-lists the same facts.
+computed eagerly from float32 arrays: forward-mode cells give the bits of the
+matching reverse-mode quantity (`jvp` = `grad`, `jacfwd` = `jacrev`). Where
+the installed JAX has no `HiPrim` (0.8), `softplus` is a `jax.custom_vjp` and
+its forward-mode cells raise JAX's documented error instead.
+`docs/sharp_bits.md` lists the same facts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from jax.experimental import checkify
 from jax.test_util import check_grads
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
+from jax_softplus._softplus import MECHANISM
 
 X, DD, BETA = -1.25, 0.75, 1.7
 XS, DDS = (-1.25, 0.5, 3.0), (0.75, -2.0, 1.5)
@@ -134,6 +137,36 @@ def _scan(op, x, dd, b):
     return lax.scan(lambda c, _: (c, op(x, dd, b)), 0.0, None, length=2)[1][1]
 
 
+def _jvp_of_grad(op, x, dd, b):
+    # Forward over reverse, one row of the Hessian of a sum: its diagonal.
+    grad = lambda x: jax.grad(_total(op))(x, dd, b)  # noqa: E731
+    return jax.jvp(grad, (x,), (jnp.ones_like(x),))[1]
+
+
+def _shard_map(op, x, dd, b):
+    # Without jit: shard_map's own eager interpreter, on a one-device mesh.
+    mesh = jax.make_mesh((1,), ("d",))
+    spec = jax.sharding.PartitionSpec()
+    run = jax.shard_map(
+        lambda x, dd, b: op(x, dd, b), mesh=mesh, in_specs=spec, out_specs=spec
+    )
+    return run(x, dd, b)
+
+
+def _shard_map_grad(op, x, dd, b):
+    return _grad(lambda x, dd, b: _shard_map(op, x, dd, b), x, dd, b)
+
+
+def _custom_vjp3(op, x, dd, b):
+    # JAX's next custom_vjp (off by default in 0.9-0.11): gradients unchanged.
+    previous = jax.config.jax_custom_vjp3
+    jax.config.update("jax_custom_vjp3", True)
+    try:
+        return _grad(op, x, dd, b)
+    finally:
+        jax.config.update("jax_custom_vjp3", previous)
+
+
 def _cond(op, x, dd, b):
     def other():
         return jnp.zeros_like(op(x, dd, b))
@@ -152,6 +185,9 @@ TRANSFORMS = {
     "jacfwd": ("jvp", _jacfwd),
     "linearize": ("jvp", _linearize),
     "checkpoint": ("grad", _checkpoint),
+    "jvp_of_grad": ("hessian", _jvp_of_grad),
+    "shard_map": ("value", _shard_map),
+    "shard_map_grad": ("grad", _shard_map_grad),
     "scan": ("value", _scan),
     "cond": ("value", _cond),
     "checkify": ("value", _checkify),
@@ -164,9 +200,16 @@ TRANSFORMS = {
 
 QUANTITIES = {"value": _value, "grad": _grad, "jvp": _jvp, "hessian": _hessian}
 
-# Forward mode through a custom_vjp function: JAX's own TypeError.
-FORWARD_MODE = ("jvp", "jacfwd", "linearize")
-RAISES = {("softplus", t): "can't apply forward-mode autodiff" for t in FORWARD_MODE}
+if hasattr(jax.config, "jax_custom_vjp3"):  # JAX 0.9+
+    TRANSFORMS["custom_vjp3"] = ("grad", _custom_vjp3)
+
+# Forward mode through a custom_vjp function (JAX 0.8): JAX's own TypeError.
+FORWARD_MODE = ("jvp", "jacfwd", "linearize", "jvp_of_grad")
+RAISES = {}
+if MECHANISM == "custom_vjp":
+    RAISES = {
+        ("softplus", t): "can't apply forward-mode autodiff" for t in FORWARD_MODE
+    }
 
 
 @functools.cache
@@ -229,7 +272,41 @@ def test_hessian_of_softplus_matches_reverse_over_reverse():
     )
 
 
-def test_check_grads_of_softplus_needs_reverse_mode():
+def test_the_mechanism_is_the_one_this_jax_offers():
+    # HiPrim (or VJPHiPrimitive) with lin and nonzeros: JAX 0.9 and newer.
+    from jax.experimental import hijax
+
+    base = getattr(hijax, "HiPrim", None) or getattr(hijax, "VJPHiPrimitive", None)
+    expected = "hiprim" if base is not None and hasattr(base, "lin") else "custom_vjp"
+    assert MECHANISM == expected
+
+
+@pytest.mark.skipif(MECHANISM != "custom_vjp", reason="forward mode supported")
+def test_check_grads_of_softplus_needs_reverse_mode_on_jax_0_8():
     with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
         check_grads(softplus, (0.5,), order=1)
     check_grads(softplus, (0.5,), order=2, modes=["rev"])
+
+
+@pytest.mark.skipif(MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8")
+@pytest.mark.parametrize("beta", (1.7, -0.5, 4.0))
+def test_check_grads_of_softplus_in_its_default_modes(beta):
+    # Both modes, to order 2, in x and in beta.
+    x = jnp.asarray(XS)
+    check_grads(softplus, (x, jnp.float32(beta)), order=2, atol=2e-2, rtol=2e-2)
+    check_grads(lambda x: softplus(x, beta), (x,), order=2)
+
+
+@pytest.mark.skipif(MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8")
+def test_jvp_of_jvp_is_grad_of_grad_within_one_rounding():
+    def f(x):
+        return softplus(x, BETA)
+
+    def tangent(x):
+        return jax.jvp(f, (x,), (1.0,))[1]
+
+    for x in XS:
+        x = jnp.float32(x)
+        fwd = jax.jvp(tangent, (x,), (1.0,))[1]
+        rev = jax.grad(jax.grad(f))(x)
+        np.testing.assert_allclose(fwd, rev, rtol=2 * np.finfo(np.float32).eps)

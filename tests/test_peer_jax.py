@@ -6,12 +6,16 @@ named after the upstream test it ports and keeping its tolerances: JAX's
 equality where upstream uses `assertEqual`. They run with x64 off and on,
 as JAX's CI does (`JAX_ENABLE_X64`).
 
-Two deliberate differences, each asserted below:
-- `softplus` is a `jax.custom_vjp`, so forward mode raises and its
-  `check_grads` runs in reverse mode only; `softplus_backward` is checked
-  in both modes, to order 3.
-- Integer dtypes raise `TypeError` (no promotion, as in oneDNN), where
-  `jax.nn.softplus` promotes them; Python ints and floats are accepted.
+`check_grads` runs in JAX's default modes (forward and reverse) where the
+installed JAX gives `softplus` forward mode (`HiPrim`, JAX 0.9+); on JAX 0.8
+`softplus` is a `jax.custom_vjp` and runs in reverse mode only.
+`softplus_backward` is checked in both modes, to order 3. Integer and bool
+inputs promote as in `jax.nn.softplus`.
+
+The `nn` fixture runs each case twice: on this library, and through
+`jax.nn.softplus` after `jax.nn.softplus = jax_softplus.softplus`, as a user
+who swaps it in would (`.ci/run`'s drop-in stage does the same for numpyro's
+own suites).
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ import pytest
 from jax.test_util import check_grads
 
 from jax_softplus import softplus, softplus_backward
+from jax_softplus._softplus import MECHANISM
+
+# JAX's default check_grads modes where forward mode is supported.
+MODES = ["fwd", "rev"] if MECHANISM == "hiprim" else ["rev"]
 
 INF, NAN = float("inf"), float("nan")
 
@@ -37,14 +45,28 @@ def x64_mode(request):
         jax.config.update("jax_enable_x64", previous)
 
 
+class _Ours:
+    softplus = staticmethod(softplus)
+
+
+@pytest.fixture(params=["jax_softplus", "swapped"])
+def nn(request, monkeypatch):
+    """Where the cases find `softplus`: this library, or `jax.nn` with its
+    softplus replaced by this library's (looked up at call time)."""
+    if request.param == "jax_softplus":
+        return _Ours
+    monkeypatch.setattr(jax.nn, "softplus", softplus)
+    return jax.nn
+
+
 def _backward_of(dd=0.75, beta=1.0):
     """softplus_backward as a function of src alone (dd, beta fixed)."""
     return lambda x: softplus_backward(x, jnp.full_like(x, dd), beta)
 
 
 # upstream: testSoftplusGrad -> check_grads(nn.softplus, (1e-8,), order=4)
-def test_softplus_grad(x64_mode):
-    check_grads(softplus, (1e-8,), order=4, modes=["rev"])
+def test_softplus_grad(nn, x64_mode):
+    check_grads(nn.softplus, (1e-8,), order=4, modes=MODES)
 
 
 def test_softplus_backward_grad(x64_mode):
@@ -59,26 +81,26 @@ def test_softplus_backward_grad(x64_mode):
 
 
 # upstream: testSoftplusGradZero -> check_grads(nn.softplus, (0.,), order=1)
-def test_softplus_grad_zero(x64_mode):
-    check_grads(softplus, (0.0,), order=1, modes=["rev"])
+def test_softplus_grad_zero(nn, x64_mode):
+    check_grads(nn.softplus, (0.0,), order=1, modes=MODES)
     check_grads(_backward_of(), (0.0,), order=1, modes=["fwd", "rev"])
 
 
 # upstream: testSoftplusGradInf -> assertAllClose(1., grad(nn.softplus)(inf))
-def test_softplus_grad_inf(x64_mode):
-    np.testing.assert_allclose(1.0, jax.grad(softplus)(INF))
+def test_softplus_grad_inf(nn, x64_mode):
+    np.testing.assert_allclose(1.0, jax.grad(nn.softplus)(INF))
     np.testing.assert_allclose(1.0, softplus_backward(INF, 1.0))
 
 
 # upstream: testSoftplusGradNegInf -> check_grads(nn.softplus, (-inf,), order=1)
-def test_softplus_grad_neg_inf(x64_mode):
-    check_grads(softplus, (-INF,), order=1, modes=["rev"])
+def test_softplus_grad_neg_inf(nn, x64_mode):
+    check_grads(nn.softplus, (-INF,), order=1, modes=MODES)
     check_grads(_backward_of(), (-INF,), order=1, modes=["fwd", "rev"])
 
 
 # upstream: testSoftplusGradNan -> check_grads(nn.softplus, (nan,), order=1)
-def test_softplus_grad_nan(x64_mode):
-    check_grads(softplus, (NAN,), order=1, modes=["rev"])
+def test_softplus_grad_nan(nn, x64_mode):
+    check_grads(nn.softplus, (NAN,), order=1, modes=MODES)
     check_grads(_backward_of(), (NAN,), order=1, modes=["fwd", "rev"])
 
 
@@ -92,22 +114,23 @@ INTEGER = [jnp.int8, jnp.int16, jnp.int32, jnp.int64]
 @pytest.mark.parametrize(
     "dtype", [int, float, *FLOATING], ids=lambda d: getattr(d, "__name__", str(d))
 )
-def test_softplus_zero(x64_mode, dtype):
-    want, got = jnp.log(dtype(2)), softplus(dtype(0))
+def test_softplus_zero(nn, x64_mode, dtype):
+    want, got = jnp.log(dtype(2)), nn.softplus(dtype(0))
     assert want.dtype == got.dtype
     assert want == got
 
 
 @pytest.mark.filterwarnings("ignore:Explicitly requested dtype int64")
 @pytest.mark.parametrize("dtype", INTEGER, ids=lambda d: d.__name__)
-def test_softplus_zero_integers_are_refused(x64_mode, dtype):
-    with pytest.raises(TypeError, match="does not promote"):
-        softplus(dtype(0))
+def test_softplus_zero_integers(nn, x64_mode, dtype):
+    want, got = jnp.log(dtype(2)), nn.softplus(dtype(0))
+    assert want.dtype == got.dtype
+    assert want == got
 
 
 # upstream (older nn_test.py): testSoftplusValue -> softplus(89.) close to 89.
-def test_softplus_value(x64_mode):
-    np.testing.assert_allclose(softplus(89.0), 89.0)
+def test_softplus_value(nn, x64_mode):
+    np.testing.assert_allclose(nn.softplus(89.0), 89.0)
 
 
 # The same cases through jax.nn.softplus itself, so that a change upstream
