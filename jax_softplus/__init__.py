@@ -2,8 +2,9 @@
 
 `softplus_backward(src, diff_dst, beta)` computes
 `diff_dst * sigmoid(beta * src)` through the primitive `softplus_backward_p`;
-`softplus(x, beta)` is the forward op, whose `jax.custom_vjp` binds that
-primitive; `softplus_backward_inplace` donates `diff_dst` under `jax.jit`.
+`softplus(x, beta)` is the forward op (a drop-in for `jax.nn.softplus`), whose
+custom VJP binds that primitive; `softplus_backward_inplace` donates
+`diff_dst` under `jax.jit`.
 """
 
 from jax_softplus._backward import softplus_backward, softplus_backward_inplace

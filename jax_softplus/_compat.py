@@ -143,6 +143,18 @@ def register_hi_nan_check(cls: type) -> None:
     table[call_hi_primitive_p] = rule
 
 
+def in_eager_shard_map() -> bool:
+    """Whether the current trace is `shard_map`'s eager interpreter (a
+    `shard_map` called outside `jit`), which in JAX 0.8 cannot run a
+    `custom_vjp` with symbolic zeros. False where that cannot be told."""
+    try:
+        from jax._src import core
+        from jax._src.shard_map import ShardMapTrace
+    except ImportError:  # pragma: no cover - future JAX
+        return False
+    return isinstance(getattr(core.trace_ctx, "trace", None), ShardMapTrace)
+
+
 def weakly_typed(x: Any) -> Any:
     """`x` as a weakly typed value of its dtype (as Python scalars promote)."""
     from jax._src.lax import lax as lax_internal

@@ -1,4 +1,5 @@
-"""The forward op, `softplus`, tied to the primitive through `jax.custom_vjp`."""
+"""The forward op, `softplus`: its derivative rules bind the primitive (a
+HiPrim on JAX 0.9+, a `jax.custom_vjp` on JAX 0.8)."""
 
 from __future__ import annotations
 
@@ -221,6 +222,26 @@ def _softplus_bwd(hints, res, g):
 
 _softplus.defvjp(_softplus_fwd, _softplus_bwd, symbolic_zeros=True)
 
+
+# JAX 0.8's eager shard_map runs no custom_vjp with symbolic zeros: there,
+# one that always computes the beta cotangent (unused ones are dead code
+# under jit).
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _softplus_dense(hints, x, beta):
+    return _softplus_value(hints, x, beta)
+
+
+def _softplus_dense_fwd(hints, x, beta):
+    return _softplus_value(hints, x, beta), (x, beta)
+
+
+def _softplus_dense_bwd(hints, res, g):
+    x, beta = res
+    return _softplus_bwd(hints, (x, beta, beta), g)
+
+
+_softplus_dense.defvjp(_softplus_dense_fwd, _softplus_dense_bwd)
+
 #: How `softplus` is differentiated under the installed JAX: "hiprim"
 #: (reverse and forward mode) or "custom_vjp" (reverse mode only).
 MECHANISM = "custom_vjp" if _compat.HiPrim is None else "hiprim"
@@ -234,26 +255,30 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
     and is accurate to about 2 ulp in float32 for any beta. bfloat16 and
     float16 are computed in float32 and rounded once.
 
-    Its gradient is a `jax.custom_vjp` whose backward pass binds
-    `softplus_backward_p` once for `x`. When `beta` is differentiated too it
-    gets, summed over `x`,
+    A drop-in for `jax.nn.softplus` (beta = 1): integers and bools promote
+    to the default float dtype and a weakly typed input gives a weakly typed
+    result, as there. Its reverse mode is a custom VJP whose backward pass
+    binds `softplus_backward_p` once for `x`. When `beta` is differentiated
+    too it gets, summed over `x`,
     $\partial/\partial\beta = -(a\,\sigma(-a) + \log(1 + e^{-a}))/\beta^2$
     with $a = |\beta x|$: no cancellation, within 3 ulp in float32. When
-    it is not, that cotangent costs nothing.
-    Forward mode through it raises (`jax.jvp`, `jax.jacfwd`, `jax.linearize`
-    of `softplus` itself: a `custom_vjp`); `jax.hessian` works, forward mode
-    over the reverse pass reaching only the primitive's JVP rule.
+    it is not, that cotangent costs nothing. Forward mode (`jax.jvp`,
+    `jax.jacfwd`, `jax.linearize`) works on JAX 0.9 and newer and gives the
+    bits of reverse mode; on JAX 0.8 it raises `TypeError` (a
+    `jax.custom_vjp` there), while `jax.hessian` works on both.
 
     Args:
-      x: float32, bfloat16 or float16 array (float64 with `jax_enable_x64`).
+      x: float32, bfloat16 or float16 array (float64 with `jax_enable_x64`),
+        or integers and bools, promoted as by `jax.nn.softplus`.
       beta: a nonzero real scalar, default 1.0; may be traced and
         differentiated.
 
     Returns:
-      An array with the shape and dtype of `x`.
+      An array with the shape of `x`, of its (promoted) dtype, weakly typed
+      where `x` is.
 
     Raises:
-      TypeError: `x` of a non-float dtype, or a `beta` that is not real.
+      TypeError: complex or non-numeric `x`, or a `beta` that is not real.
       ValueError: a non-scalar `beta`, or a concrete `beta` that is 0, NaN,
         infinite or beyond the float32 range.
 
@@ -276,5 +301,7 @@ def _traced(x, beta, hints):
     # cotangent of an operand replicated over shard_map's mesh.
     x, beta = _sharding.match_varying(x, beta)
     if _compat.HiPrim is None:
+        if _compat.in_eager_shard_map():
+            return _softplus_dense(hints, x, beta)
         return _softplus(hints, x, beta)
     return _bind_hi(x, beta, hints)

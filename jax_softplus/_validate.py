@@ -86,7 +86,7 @@ def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
 
 
 def _promotes(dtype: np.dtype) -> bool:
-    return dtype == np.bool_ or jnp.issubdtype(dtype, jnp.integer)
+    return dtype.kind in "biu"  # bool, signed, unsigned
 
 
 @functools.lru_cache(maxsize=64)
@@ -95,7 +95,10 @@ def _promoted(dtype: np.dtype, weak: bool, x64: bool) -> tuple[np.dtype, bool]:
     bool input: JAX's own promotion, read off `jnp.logaddexp(x, 0)`."""
     del x64  # part of the key: the default float dtype depends on it
     spec = jax.ShapeDtypeStruct((), dtype, weak_type=weak)
-    out = jax.eval_shape(lambda v: jnp.logaddexp(v, 0), spec)
+    # Standard promotion: under "strict", jax.nn.softplus refuses bools only
+    # for the literal 0 it adds; one operand promotes to inexact in any mode.
+    with jax.numpy_dtype_promotion("standard"):
+        out = jax.eval_shape(lambda v: jnp.logaddexp(v, 0), spec)
     return np.dtype(out.dtype), bool(out.weak_type)
 
 
@@ -104,16 +107,31 @@ def is_weak(value: Any) -> bool:
     derived from one), as JAX's promotion rules define it."""
     if isinstance(value, (bool, int, float, complex)):
         return True
-    return isinstance(value, jax.Array) and jax.typeof(value).weak_type
+    # An attribute of arrays and tracers alike: no aval is built.
+    return isinstance(value, jax.Array) and value.weak_type
+
+
+# Dtypes that need no conversion under any x64 setting.
+_AS_IS = frozenset((_F32, *_HALF))
+
+
+def _usable(value: Any) -> bool:
+    """A strongly typed, live float32/bfloat16/float16 array: taken as is."""
+    return (
+        isinstance(value, jax.Array)
+        and value.dtype in _AS_IS
+        and not value.weak_type
+        and (_compat.is_tracer(value) or not value.is_deleted())
+    )
 
 
 def check_forward_operand(value: Any) -> tuple[jax.Array, bool]:
     """`softplus`'s x as a strongly typed float array, and whether the result
     is weakly typed: what `jax.nn.softplus` accepts, with its promotion."""
+    if _usable(value):
+        return value, False  # the common case, in a fraction of a microsecond
     weak = is_weak(value)
-    if isinstance(value, complex) or (
-        hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.complexfloating)
-    ):
+    if isinstance(value, complex) or np.dtype(getattr(value, "dtype", "f")).kind == "c":
         raise TypeError(
             f"x must be real, got {type(value).__name__} of dtype "
             f"{getattr(value, 'dtype', 'complex')}; softplus accepts "
@@ -129,7 +147,7 @@ def check_forward_operand(value: Any) -> tuple[jax.Array, bool]:
 
 def _as_strong(value: Any, dtype: np.dtype) -> jax.Array:
     if isinstance(value, jax.Array) and value.dtype == dtype:
-        if not jax.typeof(value).weak_type:
+        if not value.weak_type:
             return value  # the common case: no conversion, no copy
         return jax.lax.convert_element_type(value, dtype)
     return jnp.asarray(value, dtype)
@@ -170,6 +188,13 @@ def check_operand(name: str, value: Any, dtype: np.dtype | None = None) -> jax.A
 def check_operands(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array, bool]:
     """Check `src` and `diff_dst`: one float dtype, one shape. Also returns
     whether both are weakly typed (then so is the result)."""
+    if (
+        _usable(src)
+        and _usable(diff_dst)
+        and src.dtype == diff_dst.dtype
+        and src.shape == diff_dst.shape
+    ):
+        return src, diff_dst, False  # the common case
     weak = is_weak(src) and is_weak(diff_dst)
     if _is_python_scalar(src) and not _is_python_scalar(diff_dst):
         diff_dst = check_operand("diff_dst", diff_dst)

@@ -204,7 +204,7 @@ if hasattr(jax.config, "jax_custom_vjp3"):  # JAX 0.9+
     TRANSFORMS["custom_vjp3"] = ("grad", _custom_vjp3)
 
 # Forward mode through a custom_vjp function (JAX 0.8): JAX's own TypeError.
-FORWARD_MODE = ("jvp", "jacfwd", "linearize", "jvp_of_grad")
+FORWARD_MODE = ("jvp", "jacfwd", "linearize")
 RAISES = {}
 if MECHANISM == "custom_vjp":
     RAISES = {

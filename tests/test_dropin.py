@@ -1,0 +1,167 @@
+"""`softplus` as a drop-in for `jax.nn.softplus`: what it accepts and the
+types it returns, forward mode beside vmap, and the JAX tools around the
+primitive (`.lower` with specs, `jax.experimental.jet`, direct binds)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import jet
+
+from jax_softplus import (
+    softplus,
+    softplus_backward,
+    softplus_backward_inplace,
+    softplus_backward_p,
+)
+from jax_softplus._softplus import MECHANISM
+
+forward_mode = pytest.mark.skipif(
+    MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8"
+)
+
+INPUTS = {
+    "int8": lambda: jnp.int8(3),
+    "int32": lambda: jnp.arange(-2, 3),
+    "uint8": lambda: jnp.uint8(7),
+    "int64-numpy": lambda: np.arange(3, dtype=np.int64),
+    "bool": lambda: jnp.array([True, False]),
+    "python-int": lambda: 3,
+    "python-bool": lambda: True,
+    "python-float": lambda: 0.5,
+    "weak-array": lambda: jnp.asarray(0.5),
+    "float16": lambda: jnp.float16(1.5),
+}
+
+
+def _weak(y):
+    return jax.typeof(y).weak_type
+
+
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype")
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+@pytest.mark.parametrize("name", list(INPUTS))
+def test_types_and_values_are_jax_nn_softplus(name, x64):
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", x64)
+    try:
+        with jax.numpy_dtype_promotion("standard"):  # JAX's default
+            want = jax.nn.softplus(INPUTS[name]())
+        for got in (softplus(INPUTS[name]()), jax.jit(softplus)(INPUTS[name]())):
+            assert (got.dtype, _weak(got)) == (want.dtype, _weak(want)), name
+            # Within 2 ulp (ours is the one within 2 ulp of the exact value).
+            np.testing.assert_allclose(
+                got, want, rtol=2 * float(jnp.finfo(want.dtype).eps)
+            )
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
+def test_a_weak_result_takes_the_other_operands_dtype():
+    half = jnp.ones(2, jnp.bfloat16)
+    assert (softplus(0.5) * half).dtype == jnp.bfloat16
+    assert (softplus(jnp.asarray(0.5), 2.0) * half).dtype == jnp.bfloat16
+    assert (softplus_backward(0.5, 1.0) * half).dtype == jnp.bfloat16
+    # Strong where any data operand is.
+    assert not _weak(softplus_backward(0.5, jnp.float32(1.0)))
+    assert not _weak(softplus(jnp.float32(0.5)))
+
+
+def test_weak_results_keep_their_gradients():
+    g = jax.grad(lambda x: softplus(x, 1.7))(0.5)
+    assert g == softplus_backward(jnp.float32(0.5), jnp.float32(1.0), 1.7)
+
+
+def test_the_backward_ops_do_not_promote():
+    with pytest.raises(TypeError, match="does not promote"):
+        softplus_backward(jnp.arange(3), jnp.arange(3))
+    with pytest.raises(TypeError, match="does not promote"):
+        softplus_backward_inplace(jnp.ones(3), jnp.arange(3))
+
+
+@pytest.mark.parametrize("value", [1j, jnp.ones(2, jnp.complex64)], ids=["py", "c64"])
+def test_complex_is_a_type_error(value):
+    with pytest.raises(TypeError, match="x must be real"):
+        softplus(value)
+
+
+@forward_mode
+def test_linearize_of_vmap_with_a_per_example_beta():
+    x, betas = jnp.asarray([-1.0, 0.5, 2.0]), jnp.asarray([1.7, -0.5])
+    f = jax.vmap(softplus, (None, 0))
+    tangents = (jnp.asarray([1.0, -2.0, 0.5]), jnp.asarray([0.25, 3.0]))
+    _, lin = jax.linearize(f, x, betas)
+    np.testing.assert_array_equal(lin(*tangents), jax.jvp(f, (x, betas), tangents)[1])
+    # Its transpose is reverse mode: the cotangents of jax.vjp, within a
+    # rounding (the beta cotangent sums in another order).
+    ct = jnp.arange(6.0).reshape(2, 3)
+    got = jax.linear_transpose(lin, *tangents)(ct)
+    want = jax.vjp(f, x, betas)[1](ct)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=4e-7)
+
+
+@forward_mode
+def test_jacfwd_inside_a_library_as_distrax_calls_it():
+    # distrax's log_det_scalar: jnp.log(jnp.abs(jax.jacfwd(forward)(x))).
+    x = jnp.float32(0.3)
+    log_det = jnp.log(jnp.abs(jax.jacfwd(softplus)(x)))
+    np.testing.assert_allclose(log_det, jnp.log(jax.nn.sigmoid(x)), rtol=1e-6)
+
+
+def test_lower_takes_shape_dtype_structs():
+    spec = jax.ShapeDtypeStruct((1024,), jnp.float32)
+    beta = jax.ShapeDtypeStruct((), jnp.float32)
+    for args in ((spec, spec, 1.7), (spec, spec, beta)):
+        compiled = softplus_backward_inplace.lower(*args).compile()
+        src, dd = jnp.linspace(-4, 4, 1024), jnp.ones(1024)
+        want = softplus_backward(src, dd, 1.7)
+        out = compiled(src, dd, jnp.float32(1.7))
+        assert dd.is_deleted()
+        np.testing.assert_array_equal(out, want)
+
+
+def test_lower_checks_specs_as_arrays():
+    spec = jax.ShapeDtypeStruct((8,), jnp.float32)
+    with pytest.raises(TypeError, match="src and diff_dst must have one dtype"):
+        softplus_backward_inplace.lower(spec, jax.ShapeDtypeStruct((8,), jnp.float16))
+    with pytest.raises(ValueError, match="must have one shape"):
+        softplus_backward_inplace.lower(spec, jax.ShapeDtypeStruct((4,), jnp.float32))
+
+
+def test_jet_gives_the_taylor_series_of_the_plain_formula(x64):
+    x, dd, b = jnp.float64(0.3), jnp.float64(0.75), 1.7
+    series = ((1.0, 0.5, -0.25, 2.0),)
+    got = jet.jet(lambda x: softplus_backward(x, dd, b), (x,), series)
+    want = jet.jet(lambda x: dd / (1 + jnp.exp(-b * x)), (x,), series)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-15)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13)
+    # In every operand at once.
+    got = jet.jet(softplus_backward, (x, dd, jnp.float64(b)), ((1.0,), (2.0,), (0.5,)))
+    want = jet.jet(
+        lambda x, dd, b: dd / (1 + jnp.exp(-b * x)),
+        (x, dd, jnp.float64(b)),
+        ((1.0,), (2.0,), (0.5,)),
+    )
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-14)
+
+
+BAD_BINDS = {
+    "int32 data": (jnp.ones(3, jnp.int32), jnp.ones(3, jnp.int32), jnp.float32(1)),
+    "bool data": (jnp.ones(3, bool), jnp.ones(3, bool), jnp.float32(1)),
+    "complex data": (jnp.ones(3, jnp.complex64),) * 2 + (jnp.float32(1),),
+    "int32 beta": (jnp.ones(3), jnp.ones(3), jnp.int32(1)),
+    "mixed dtypes": (jnp.ones(3), jnp.ones(3, jnp.float16), jnp.float32(1)),
+    "mixed shapes": (jnp.ones(3), jnp.ones(4), jnp.float32(1)),
+    "beta shape": (jnp.ones(3), jnp.ones(3), jnp.ones(2)),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_BINDS))
+def test_a_direct_bind_of_bad_operands_is_a_type_error(name):
+    args = BAD_BINDS[name]
+    for run in (softplus_backward_p.bind, jax.jit(softplus_backward_p.bind)):
+        with pytest.raises(TypeError, match="softplus_backward_p: .*(dtype|shape)"):
+            run(*args)
