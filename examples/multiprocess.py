@@ -7,7 +7,8 @@ SoftPlusBackward primitive) and `softplus_backward_inplace` on a global
 array sharded over the processes; XLA's collectives (gloo, on CPUs)
 all-reduce the gradients.
 
-On one machine, launch two processes of two CPU devices each:
+On one machine, launch two processes of two CPU devices each (what it does
+when run with no arguments, or with `--quick`):
 
     python examples/multiprocess.py --launch 2
 
@@ -170,7 +171,15 @@ def main(argv=None):
     p.add_argument("--coordinator")
     p.add_argument("--num-processes", type=int)
     p.add_argument("--process-id", type=int)
+    p.add_argument(
+        "--quick", action="store_true", help="the local run (as the other examples)"
+    )
     args = p.parse_args(argv)
+    cluster = (args.coordinator, args.num_processes, args.process_id)
+    if any(v is not None for v in cluster) and not all(v is not None for v in cluster):
+        p.error("--coordinator, --num-processes and --process-id go together")
+    if args.launch is None and args.coordinator is None:
+        args.launch = 2  # run bare (or --quick): the local two-process run
     if args.launch:
         result = launch(args.launch, args.devices)
         print(json.dumps({k: result[k] for k in ("processes", "devices", "losses")}))

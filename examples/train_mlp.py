@@ -11,6 +11,7 @@ Run: python examples/train_mlp.py [--quick] [--epochs N] [--beta B]
 from __future__ import annotations
 
 import argparse
+import sys
 from functools import partial
 
 import jax
@@ -80,16 +81,21 @@ def main(quick=False, epochs=None, beta=1.0, seed=0):
     batch = 64
     rng = np.random.default_rng(seed)
     n = len(x_train)
-    bar = tqdm(range(epochs), desc="training", unit="epoch")
+    # A progress bar on a terminal; one line per epoch in a log or a pipe.
+    tty = sys.stderr.isatty()
+    bar = tqdm(range(epochs), desc="training", unit="epoch") if tty else range(epochs)
     loss = float("nan")
-    for _ in bar:
+    for epoch in bar:
         order = rng.permutation(n)
         for start in range(0, n - batch + 1, batch):
             idx = order[start : start + batch]
             params, opt_state, loss = step(
                 params, opt_state, x_train[idx], y_train[idx]
             )
-        bar.set_postfix(loss=f"{float(loss):.4f}")
+        if tty:
+            bar.set_postfix(loss=f"{float(loss):.4f}")
+        else:
+            print(f"epoch {epoch + 1}/{epochs}: loss {float(loss):.4f}", flush=True)
     acc = accuracy(graphdef, params, x_test, y_test)
     print(f"test accuracy after {epochs} epochs: {acc:.2%}")
     return acc

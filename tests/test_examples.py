@@ -37,12 +37,20 @@ def test_per_example_grads():
     assert float(abs(learned - true_betas).max()) < 1e-3
 
 
-def test_train_mlp_learns_digits():
+def test_train_mlp_learns_digits(capsys):
     pytest.importorskip("flax")
     pytest.importorskip("optax")
     pytest.importorskip("sklearn")
     acc = _load("train_mlp").main(quick=True)
     assert acc > 0.8  # 3 epochs; the full 40-epoch run reaches 97%
+    # Not on a terminal (captured): one line per epoch, no progress bar.
+    out = capsys.readouterr()
+    assert [line.split(":")[0] for line in out.out.splitlines()[:3]] == [
+        "epoch 1/3",
+        "epoch 2/3",
+        "epoch 3/3",
+    ]
+    assert "training" not in out.err
 
 
 def test_sharded_on_eight_host_devices():

@@ -32,3 +32,24 @@ def test_two_processes_match_one_bit_for_bit(example):
     assert two["params"] == one["params"]
     assert two["inplace"] == one["inplace"]
     assert two["donated"] and one["donated"]
+
+
+@pytest.mark.parametrize("argv", [[], ["--quick"]], ids=["bare", "quick"])
+def test_run_bare_or_quick_it_does_the_local_two_process_run(
+    example, argv, monkeypatch
+):
+    calls = []
+
+    def launch(processes, devices):
+        calls.append((processes, devices))
+        return {"processes": processes, "devices": devices, "losses": [1.0]}
+
+    monkeypatch.setattr(example, "launch", launch)
+    example.main(argv)
+    assert calls == [(2, 2)]
+
+
+def test_a_partial_cluster_address_is_a_usage_error(example):
+    with pytest.raises(SystemExit) as exit_info:
+        example.main(["--coordinator", "localhost:1234"])
+    assert exit_info.value.code == 2
