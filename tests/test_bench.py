@@ -36,7 +36,9 @@ def test_cli_runs_every_section(tmp_path, capsys):
     assert all(r["vs_naive"] > 0 for r in backward)
     assert all(r["vs_naive"] == 1.0 for r in backward if r["method"] == "naive XLA")
     assert all(r["vs_torch"] is None for r in rows)
-    assert "vs naive" in text and "vs torch" in text
+    # Without PyTorch, no PyTorch column: not in the table, not in Markdown.
+    assert "vs naive" in text and "vs torch" not in text
+    assert "vs torch" not in bench.markdown_table([bench.Row(**r) for r in rows])
 
 
 def test_sizes_parse():

@@ -396,23 +396,24 @@ _COLUMNS = [
 ]
 
 
+def _columns(rows):
+    """The columns, without "vs torch" where no row has a PyTorch figure."""
+    torch_ran = any(r.vs_torch is not None for r in rows)
+    return [c for c in _COLUMNS if torch_ran or c[0] != "vs torch"]
+
+
 def print_table(rows, file=None):
-    print_rows(rows, _COLUMNS, file)
+    print_rows(rows, _columns(rows), file)
 
 
 def markdown_table(rows) -> str:
+    columns = _columns(rows)
     lines = [
-        "| mode | method | dtype | size | beta | median ms | ratio | GB/s | spread "
-        "| vs naive | vs torch |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(name for name, _, _ in columns) + " |",
+        "|" + "|".join("---:" if right else "---" for _, _, right in columns) + "|",
     ]
     for r in rows:
-        lines.append(
-            f"| {r.mode} | {r.method} | {r.dtype} | {format_size(r.size)} | "
-            f"{r.beta:g} | {r.median_s * 1e3:.3f} | {r.ratio:.2f} | "
-            f"{r.gbps:.1f} | {r.spread:.2f} | {_fmt_ratio(r.vs_naive)} | "
-            f"{_fmt_ratio(r.vs_torch)} |"
-        )
+        lines.append("| " + " | ".join(cell(r) for _, cell, _ in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
