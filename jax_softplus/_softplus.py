@@ -287,7 +287,7 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       >>> from jax_softplus import softplus
       >>> softplus(jnp.array([-20.0, 0.0, 100.0]))
       Array([2.0611537e-09, 6.9314718e-01, 1.0000000e+02], dtype=float32)
-      >>> jax.grad(lambda x: softplus(x, 2.0))(0.0)
+      >>> jax.grad(lambda x: softplus(x, 2.0))(jnp.float32(0.0))
       Array(0.5, dtype=float32)
     """
     x, weak = _validate.check_forward_operand(x)
