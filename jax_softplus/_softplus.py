@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
+from jax.interpreters import ad
 from jax.typing import ArrayLike
 
 from jax_softplus import _compat, _dispatch, _math, _sharding, _validate
@@ -68,8 +69,8 @@ def _dbeta(hints, x, beta):
 
 
 def _is_zero(t):
-    # custom_jvp's SymbolicZero, or the Zero of ad and hijax.
-    return type(t) is SymbolicZero or type(t).__name__ == "Zero"
+    # custom_jvp's SymbolicZero, or the Zero of ad (which hijax re-exports).
+    return isinstance(t, (SymbolicZero, ad.Zero))
 
 
 def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):
