@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - future JAX
 # debug_nans/debug_infs as a FloatingPointError naming the primitive instead
 # of re-running it. Private, but the only way to get that behaviour.
 from jax._src.dispatch import apply_primitive  # noqa: E402, F401
+from jax._src.lax import lax as _lax_internal  # noqa: E402
 
 # `jax.core` is a legacy module whose exports JAX keeps trimming; if `Tracer`
 # leaves it, the private class is the fallback.
@@ -156,10 +157,9 @@ def in_eager_shard_map() -> bool:
 
 
 def weakly_typed(x: Any) -> Any:
-    """`x` as a weakly typed value of its dtype (as Python scalars promote)."""
-    from jax._src.lax import lax as lax_internal
-
-    return lax_internal._convert_element_type(x, x.dtype, weak_type=True)
+    """`x` as a weakly typed value of its dtype (as Python scalars promote).
+    No public API makes one; this is what `jnp` functions do."""
+    return _lax_internal._convert_element_type(x, x.dtype, weak_type=True)
 
 
 def register_nan_check(prim: Any) -> None:

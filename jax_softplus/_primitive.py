@@ -26,7 +26,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 
 from jax_softplus import _compat, _jet, _math, _sharding
-from jax_softplus._validate import BetaHints
+from jax_softplus._validate import ALL_DATA_DTYPES, BetaHints
 
 softplus_backward_p = Primitive("softplus_backward")
 _OPERANDS = ("src", "diff_dst", "beta")
@@ -58,9 +58,6 @@ def _arrays(*values):
     )
 
 
-_DATA_DTYPES = tuple(map(np.dtype, ("float32", "bfloat16", "float16", "float64")))
-
-
 def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINTS):
     """The result's type: `src`'s, strongly typed.
 
@@ -72,7 +69,7 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINT
     """
     del beta_hints
     for name, aval in zip(_OPERANDS[:2], (src, diff_dst), strict=True):
-        if aval.dtype not in _DATA_DTYPES:
+        if aval.dtype not in ALL_DATA_DTYPES:
             raise TypeError(
                 f"softplus_backward_p: {name} has dtype {aval.dtype}; it takes "
                 "float32, bfloat16, float16 or float64 data."
@@ -162,22 +159,28 @@ def _softplus_backward_transpose(ct, src, diff_dst, beta, *, beta_hints=_NO_HINT
     return None, bind(src, ct, beta, beta_hints), None
 
 
-def _softplus_backward_batch(args, dims, *, beta_hints=_NO_HINTS):
-    """Batch every combination of mapped src, diff_dst and beta.
+def batch_operands(args, dims):
+    """Elementwise batching of `(*data, beta)`: every combination mapped.
 
-    src and diff_dst share the output's batch axis (the first mapped one's);
+    The data operands share the output's batch axis (the first mapped one's);
     an unmapped one is broadcast. A mapped beta is broadcast to the full
-    batched shape, which the kernel takes elementwise.
+    batched shape, which the kernels take elementwise. Returns the operands
+    and that axis (the backward op's batching rule, and the forward op's);
+    where nothing is mapped (a HiPrim's rule may be asked), the operands as
+    they are and None.
     """
-    args = src, diff_dst, beta = _arrays(*args)
-    src_dim, dd_dim, beta_dim = dims
+    *data, beta = args = _arrays(*args)
+    *data_dims, beta_dim = dims
+    if all(d is None for d in dims):
+        return args, None
     size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
-    axis = src_dim if src_dim is not None else dd_dim
-    if axis is None:
-        axis = 0
+    axis = next((d for d in data_dims if d is not None), 0)
     # Tuples, not NumPy: under jax.export the dimensions may be symbolic.
+    first, first_dim = data[0], data_dims[0]
     shape = (
-        src.shape if src_dim is None else src.shape[:src_dim] + src.shape[src_dim + 1 :]
+        first.shape
+        if first_dim is None
+        else first.shape[:first_dim] + first.shape[first_dim + 1 :]
     )
     batched_shape = shape[:axis] + (size,) + shape[axis:]
 
@@ -188,14 +191,19 @@ def _softplus_backward_batch(args, dims, *, beta_hints=_NO_HINTS):
             )
         return jnp.moveaxis(x, d, axis)
 
-    src = to_axis(src, src_dim)
-    diff_dst = to_axis(diff_dst, dd_dim)
+    data = [to_axis(x, d) for x, d in zip(data, data_dims, strict=True)]
     if beta_dim is not None and beta.ndim == 1:
         # A 0-d beta mapped over: one value per example along `axis`.
         beta = lax.broadcast_in_dim(beta, batched_shape, (axis,))
     elif beta.ndim != 0:
         beta = to_axis(beta, beta_dim)
-    return bind(src, diff_dst, beta, beta_hints), axis
+    return (*data, beta), axis
+
+
+def _softplus_backward_batch(args, dims, *, beta_hints=_NO_HINTS):
+    """Batch every combination of mapped src, diff_dst and beta."""
+    args, axis = batch_operands(args, dims)
+    return bind(*args, beta_hints), axis
 
 
 def _softplus_backward_lowering(platform=None):

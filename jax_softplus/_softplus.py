@@ -14,7 +14,7 @@ from jax.interpreters import ad
 from jax.typing import ArrayLike
 
 from jax_softplus import _compat, _dispatch, _math, _sharding, _validate
-from jax_softplus._primitive import bind
+from jax_softplus._primitive import batch_operands, bind
 
 # Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
 _softplus_kernel = jax.jit(_math.softplus_kernel, static_argnames=("hints",))
@@ -167,25 +167,9 @@ if _compat.HiPrim is not None:
             return _tangent(self.hints, x, beta, x_dot, beta_dot, dbeta)
 
         def batch(self, axis_data, args, dims):
-            # Elementwise: move x's batch axis where the output's goes and,
-            # for a per-example beta, broadcast beta to the batched shape.
-            (x, beta), (x_dim, beta_dim) = args, dims
-            if beta_dim is None and beta.ndim == 0:
-                return _bind_hi(x, beta, self.hints), x_dim
-            axis = 0 if x_dim is None else x_dim
-            if x_dim is None:
-                x = jnp.expand_dims(x, axis)
-                x = jnp.broadcast_to(
-                    x, x.shape[:axis] + (axis_data.size,) + x.shape[axis + 1 :]
-                )
-            if beta_dim is None:  # of x's unbatched shape
-                beta = lax.broadcast_in_dim(
-                    beta, x.shape, [i for i in range(x.ndim) if i != axis]
-                )
-            elif beta.ndim == 1:  # a 0-d beta, mapped
-                beta = lax.broadcast_in_dim(beta, x.shape, (axis,))
-            else:
-                beta = jnp.moveaxis(beta, beta_dim, axis)
+            # Elementwise, as the backward op: bound again on aligned operands.
+            del axis_data
+            (x, beta), axis = batch_operands(args, dims)
             return _bind_hi(x, beta, self.hints), axis
 
     def _zero_like(v):

@@ -21,6 +21,8 @@ from jax_softplus import _compat
 _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _F32 = jnp.dtype(jnp.float32)
 _F64 = jnp.dtype(jnp.float64)
+# Every dtype the kernels compute in, whatever the x64 setting.
+ALL_DATA_DTYPES = frozenset((_F32, *_HALF, _F64))
 
 
 def data_dtypes() -> tuple[np.dtype, ...]:
@@ -69,7 +71,7 @@ def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
     dtype = np.dtype(dtype)
     if promote and _promotes(dtype):
         return jax.dtypes.canonicalize_dtype(dtype)
-    if dtype not in (_F32, _F64, *_HALF):
+    if dtype not in ALL_DATA_DTYPES:
         if promote:
             raise TypeError(
                 f"{name} has dtype {dtype}; softplus accepts {_accepted(True)} "
