@@ -137,7 +137,7 @@ def _lower(src, diff_dst, beta=1.0):
 def _as_abstract(v):
     """A spec, or a value as an argument of `eval_shape` (Python floats stay
     Python floats, so that they take the data's dtype)."""
-    if isinstance(v, jax.ShapeDtypeStruct) or isinstance(v, (int, float)):
+    if isinstance(v, (jax.ShapeDtypeStruct, int, float)):
         return v
     return jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
 
