@@ -86,16 +86,17 @@ def _pow2(e):
 
 
 def exp2_int(e, dtype):
-    """2.0**e exactly, in float32 or float64, for integer e in [-126, 126].
+    """2.0**e exactly, in float32 or float64, for integer e in the normal
+    range ([-126, 126] in float32, [-1022, 1022] in float64; clamped).
 
     Built from the exponent bits: `jnp.ldexp` has no derivative at 0 and
     `exp2` need not be exact.
     """
-    e = lax.clamp(np.int32(-126), e.astype(np.int32), np.int32(126))
     if np.dtype(dtype) == np.float64:
-        bits = lax.shift_left(e.astype(np.int64) + np.int64(1023), np.int64(52))
+        e = lax.clamp(np.int64(-1022), e.astype(np.int64), np.int64(1022))
+        bits = lax.shift_left(e + np.int64(1023), np.int64(52))
         return lax.bitcast_convert_type(bits, np.float64)
-    return _pow2(e)
+    return _pow2(lax.clamp(np.int32(-126), e.astype(np.int32), np.int32(126)))
 
 
 def _split(v):
@@ -484,19 +485,45 @@ def _exp64(t, tl, scale):
     return e - e * (lax.select(t > 0, tl, -tl) * scale)
 
 
+_LN2_HI64 = 6.93147180369123816490e-01  # 32 significant bits: k * hi is exact
+_LN2_LO64 = 1.90821492927058770002e-10
+
+
+def _deep_tail64(t, tl, dd):
+    """dd exp(-|t + tl|) for |t| in [700, _ZMAX64], where exp(-|t|) is below
+    the normal range and the product may not be: exp(-r) 2**-k with
+    r = |t| - k ln 2 in [-ln2/2, ln2/2] (k ln2_hi exact, the difference
+    exact by Sterbenz), dd exp(-r) / 4 rounded once and the power of two
+    applied exactly: within about 1.5 ulp where the result is normal.
+    """
+    a = lax.min(lax.abs(t), lax.full_like(t, _ZMAX64))
+    k = lax.round(a * 1.4426950408889634, lax.RoundingMethod.TO_NEAREST_EVEN)
+    r = (a - k * _LN2_HI64) - k * _LN2_LO64
+    e = lax.exp(-r)
+    e = e - e * lax.select(t > 0, tl, -tl)
+    return times_pow2((dd * 0.25) * e, 2 - k.astype(np.int32))
+
+
+def times_pow2(y, k):
+    """y * 2**k for int32 k, rounded once: in two exact steps of the normal
+    range (|k| is clamped where the result is 0 or inf anyway)."""
+    lim = 126 if y.dtype == np.float32 else 1022
+    k = lax.clamp(np.int32(-2 * lim), k, np.int32(2 * lim))
+    k1 = lax.clamp(np.int32(-lim), k, np.int32(lim))
+    return y * exp2_int(k1, y.dtype) * exp2_int(k - k1, y.dtype)
+
+
 def sigmoid_times_f64(src, dd, beta):
     """dd * sigmoid(beta * src) in float64, within about 2 ulp.
 
     dd / (1 + e) for t >= 0 and dd e / (1 + e) for t < 0, e = exp(-|t|)
     compensated. Below t = -700, where e leaves the normal range but dd e
-    may not, dd e = (dd h) h with h = exp(-|t| / 2), normal down to
-    t = -1400 (beyond, dd e is 0 for every finite dd); each partial product
-    is at least the result.
+    may not, `_deep_tail64`, normal down to t = -1400 (beyond, dd e is 0 for
+    every finite dd).
     """
     t, tl = _product64(beta, src)
     e = _exp64(t, tl, 1.0)
-    h = _exp64(t, tl, 0.5)
-    small = lax.select(t < -700.0, (dd * h) * h, dd * e)
+    small = lax.select(t < -700.0, _deep_tail64(t, tl, dd), dd * e)
     out = lax.select(t >= 0, dd, small) / (e + 1.0)
     return lax.select(_sigmoid_is_zero(src, beta), dd * 0.0, out)
 

@@ -108,40 +108,34 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINT
     return src.update(weak_type=False)
 
 
-def _slope_times(src, scale, beta, hints):
-    """scale * s(t) * s(-t), t = beta * src, s the sigmoid: s'(t) scaled.
-
-    Two binds on primal values, the scale entering first: each factor is
-    applied by the kernel, whose tail keeps a product that is normal where
-    s(t) s(-t) alone underflows (|t| near 88 and beyond).
-    """
-    return bind(src, bind(src, scale, lax.neg(beta), hints), beta, hints)
-
-
 def _softplus_backward_jvp(primals, tangents, *, beta_hints=_NO_HINTS):
     """Tangent of g * s(b x), with s the sigmoid and s' = s(t) s(-t).
 
     d/dg is the op itself (it is linear in g). d/dx = g b s'(t) and
-    d/db = g x s'(t) are computed from the primals (`_slope_times`) and then
-    multiply their tangents: a tangent that went through the binds would be
-    transposed in reverse order, applying the tiny factor before the scale,
-    and underflow where the result does not.
+    d/db = g x s'(t) are members of `_derivatives`' family, evaluated from
+    the primals with g inside (never a huge g times an underflowed slope),
+    and then multiply their tangents: linear in the tangents, so reverse
+    mode transposes them to one product each, and their own rules carry
+    every higher order.
     """
+    # Imported here: the family's evaluations bind this primitive.
+    from jax_softplus._derivatives import sigmoid_derivative
+
     src, diff_dst, beta = _arrays(*primals)
     src_dot, diff_dst_dot, beta_dot = (
         t if type(t) is ad.Zero else _arrays(t)[0] for t in tangents
     )
     out = bind(src, diff_dst, beta, beta_hints)
-    dtype = src.dtype
+    dtype, cdt = src.dtype, beta.dtype
     terms = []
     if type(diff_dst_dot) is not ad.Zero:
         terms.append(bind(src, diff_dst_dot, beta, beta_hints))
     if type(src_dot) is not ad.Zero:
-        scale = diff_dst * lax.convert_element_type(beta, dtype)
-        terms.append(_slope_times(src, scale, beta, beta_hints) * src_dot)
+        slope = sigmoid_derivative(1, 0, 1, beta_hints, src, beta, diff_dst)
+        terms.append((slope * src_dot.astype(cdt)).astype(dtype))
     if type(beta_dot) is not ad.Zero:
-        slope = _slope_times(src, diff_dst * src, beta, beta_hints)
-        terms.append(slope * lax.convert_element_type(beta_dot, dtype))
+        slope = sigmoid_derivative(1, 1, 0, beta_hints, src, beta, diff_dst)
+        terms.append((slope * beta_dot).astype(dtype))
     tangent = terms[0]
     for term in terms[1:]:
         tangent = tangent + term

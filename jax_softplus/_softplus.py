@@ -7,65 +7,16 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad
 from jax.typing import ArrayLike
 
 from jax_softplus import _compat, _dispatch, _math, _sharding, _validate
+from jax_softplus._derivatives import dsoftplus_dbeta
 from jax_softplus._primitive import batch_operands, bind
 
 # Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
 _softplus_kernel = jax.jit(_math.softplus_kernel, static_argnames=("hints",))
-
-
-# Where log1p(e^-a) = s(-a) to below half an ulp (relative error e^-a / 2):
-# above a = 17 in float32, 38 in float64.
-_DBETA_SWITCH = {np.dtype(np.float32): 17.0, np.dtype(np.float64): 38.0}
-# The lifted diff_dst of the far branch stays below 2**_LIFT_MAX.
-_LIFT_MAX = 120
-
-
-def _dbeta(hints, x, beta):
-    """d softplus / d beta, per element, in the compute dtype (beta's).
-
-    With a = |beta x| the derivative is -(a s(-a) + log1p(e^-a)) / beta**2,
-    s the sigmoid: the same expression for either sign of beta x, and a sum
-    of two positive terms, so nothing cancels (the textbook
-    (x s(beta x) - softplus(x)) / beta loses every digit for beta x above
-    about 17). Written with the library's own kernels on |x| and |beta|:
-
-        -(|x| s(-|beta| |x|) / |beta| + softplus(-|x|, |beta|) / |beta|),
-
-    the first term the backward op with diff_dst = |x|, the second the
-    forward op where it has no cancellation either. Above a = 17 the second
-    term is s(-a) / beta**2 to within 2e-8 (above a = 38 in float64, to
-    within 2**-55) and joins the first:
-    -(|x| + 1/|beta|) s(-a) / |beta| (past a = 87 e^-a is subnormal and the
-    forward op would flush it where the product is normal). The first
-    term's diff_dst is lifted by a power of two to about 2**120 before the
-    kernel and 1/|beta| divided by it after, so that a result that is normal
-    is normal inside the kernel too (unless |beta| is below about 1e-17 and
-    a above 100, where the lifted factor would have to pass float32's
-    range). In float32 for bfloat16 and float16 data, rounded once by the
-    caller.
-    """
-    ax = lax.abs(x.astype(beta.dtype))
-    ab = lax.abs(beta)
-    inv = lax.reciprocal(ab) * jnp.ones_like(ax)
-    far = ab * ax > _DBETA_SWITCH[np.dtype(ax.dtype)]
-    scale = lax.select(far, ax + inv, ax)
-    # scale * 2**e just below 2**_LIFT_MAX, with 1/|beta| * 2**-e >= 2**-100.
-    e = jnp.minimum(_LIFT_MAX - jnp.frexp(scale)[1], jnp.frexp(inv)[1] + 100)
-    lift = _math.exp2_int(e, ax.dtype)
-    drop = _math.exp2_int(-e, ax.dtype)
-    first = bind(ax, scale * lift, lax.neg(ab), hints) * (inv * drop)
-    second = _softplus_value(hints, lax.neg(ax), ab) / ab
-    second = lax.select(far, jnp.zeros_like(second), second)
-    # The caller sums this: fenced, so that XLA:CPU keeps the kernels in one
-    # loop instead of cutting them up for a library reduction.
-    return _math.fusion_fence(lax.neg(first + second), ax)
 
 
 def _is_zero(t):
@@ -77,14 +28,14 @@ def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):
     """d softplus = sigma(beta x) x_dot + (d softplus / d beta) beta_dot.
 
     The x term is the backward op with diff_dst = x_dot (linear in it, so
-    `jax.linearize` transposes it to one bind); `dbeta` is `_dbeta`'s value
-    when the caller already has it.
+    `jax.linearize` transposes it to one bind); `dbeta` is
+    `dsoftplus_dbeta`'s value when the caller already has it.
     """
     terms = []
     if not _is_zero(x_dot):
         terms.append(bind(x, x_dot, beta, hints))
     if not _is_zero(beta_dot):
-        dbeta = _dbeta(hints, x, beta) if dbeta is None else dbeta
+        dbeta = dsoftplus_dbeta(1, hints, x, beta) if dbeta is None else dbeta
         terms.append((dbeta * beta_dot).astype(x.dtype))
     if not terms:
         return jnp.zeros_like(x)
@@ -149,7 +100,7 @@ if _compat.HiPrim is not None:
             dx = bind(x, g, beta, self.hints)
             if beta_perturbed is None:
                 return dx, _zero_like(beta)
-            dbeta = g.astype(beta.dtype) * _dbeta(self.hints, x, beta)
+            dbeta = g.astype(beta.dtype) * dsoftplus_dbeta(1, self.hints, x, beta)
             return dx, _sum_to(dbeta, beta)
 
         def jvp(self, primals, tangents):
@@ -159,7 +110,7 @@ if _compat.HiPrim is not None:
 
         def lin(self, nzs_in, x, beta):
             y = _softplus_value(self.hints, x, beta)
-            dbeta = _dbeta(self.hints, x, beta) if nzs_in[1] else None
+            dbeta = dsoftplus_dbeta(1, self.hints, x, beta) if nzs_in[1] else None
             return y, (x, beta, dbeta)
 
         def linearized(self, res, x_dot, beta_dot):
@@ -202,7 +153,7 @@ def _softplus_bwd(hints, res, g):
     dx = bind(x, g, beta, hints)
     if beta_perturbed is None:
         return dx, None
-    return dx, jnp.sum(g.astype(beta.dtype) * _dbeta(hints, x, beta))
+    return dx, jnp.sum(g.astype(beta.dtype) * dsoftplus_dbeta(1, hints, x, beta))
 
 
 _softplus.defvjp(_softplus_fwd, _softplus_bwd, symbolic_zeros=True)

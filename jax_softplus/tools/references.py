@@ -9,6 +9,8 @@ dtype count: XLA:CPU flushes subnormal results to zero.
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -121,3 +123,103 @@ DERIVATIVE_REFS = {
     "d softplus_backward/d src": lambda x, b: b * slope_ref(b * x),
     "d softplus_backward/d beta": lambda x, b: x * slope_ref(b * x),
 }
+
+
+# Derivatives of every order, in mpmath ----------------------------------------
+# A quantity is (function, (p, q, r)): d^p/dx^p d^q/dbeta^q d^r/ddd^r of
+# "softplus"(x, beta) or "backward" = softplus_backward(x, dd, beta). Each
+# comes with a scale, the sum of its terms' magnitudes: the size of what
+# cancels in any evaluation in a finite dtype where the derivative has a zero
+# of its own (it equals |value| elsewhere).
+
+
+def _mp_sigmoid_derivatives(t, order):
+    """[(s^(n)(t), scale)] for n = 0..order: the value and the magnitude of
+    its terms, from s^(n) = w P_n(w, tau), w = s(t) s(-t), tau = tanh(t/2)."""
+    import mpmath
+
+    s, w, tau = 1 / (1 + mpmath.exp(-t)), None, mpmath.tanh(t / 2)
+    w = s * (1 / (1 + mpmath.exp(t)))
+    table = [
+        (s, s),
+        (w, w),
+        (-w * tau, w * abs(tau)),
+        (w * (1 - 6 * w), w * (1 + 6 * w)),
+        (-w * tau * (1 - 12 * w), w * abs(tau) * (1 + 12 * w)),
+        (w * (1 - 30 * w + 120 * w**2), w * (1 + 30 * w + 120 * w**2)),
+    ]
+    return table[: order + 1]
+
+
+def _mp_sigmoid_mixed(p, q, x, b, sig):
+    """d^p/dx^p d^q/db^q s(b x) = sum_r C(p,r) q!/(q-r)! x^(q-r) b^(p-r)
+    s^(p+q-r)(t), with the sum of its terms' magnitudes."""
+    import mpmath
+
+    value = scale = mpmath.mpf(0)
+    for r in range(min(p, q) + 1):
+        c = math.comb(p, r) * math.factorial(q) // math.factorial(q - r)
+        factor = c * x ** (q - r) * b ** (p - r)
+        v, m = sig[p + q - r]
+        value += factor * v
+        scale += abs(factor) * m
+    return value, scale
+
+
+def _mp_softplus_mixed(p, q, x, b, sig):
+    """d^p/dx^p d^q/db^q softplus(x, b), p + q >= 1."""
+    import mpmath
+
+    if p:
+        return _mp_sigmoid_mixed(p - 1, q, x, b, sig)
+    a = abs(b * x)
+    d = -(a / (1 + mpmath.exp(a)) + mpmath.log1p(mpmath.exp(-a))) / b**2
+    scale = abs(d)
+    for k in range(2, q + 1):  # b D_k + k D_(k-1) = x^k s^(k-1)(t)
+        v, m = sig[k - 1]
+        d, scale = (x**k * v - k * d) / b, (abs(x**k) * m + k * scale) / abs(b)
+    return d, scale
+
+
+def exact_derivatives(quantities, x, b, dd):
+    """{name: (value, scale)} for each (function, (p, q, r)): the value as
+    a float64 pair hi + lo (a float64 result is compared with the exact
+    value, not with its rounding), the scale as a float64."""
+    import mpmath
+
+    out = {
+        name: (np.empty(len(x)), np.empty(len(x)), np.empty(len(x)))
+        for name in quantities
+    }
+    with mpmath.workdps(60):
+        mb = mpmath.mpf(float(b))
+        for k, (xv, dv) in enumerate(zip(x, dd, strict=True)):
+            mx, md = mpmath.mpf(float(xv)), mpmath.mpf(float(dv))
+            sig = _mp_sigmoid_derivatives(mb * mx, 5)
+            for name, (fun, pqr) in quantities.items():
+                v, m = _mp_derivative(fun, pqr, mx, mb, md, sig)
+                hi = float(v)
+                out[name][0][k], out[name][1][k] = hi, float(v - hi)
+                out[name][2][k] = float(m)
+    return {name: (hi + 1j * lo, scale) for name, (hi, lo, scale) in out.items()}
+
+
+def _mp_derivative(fun, pqr, x, b, dd, sig):
+    import mpmath
+
+    p, q, r = pqr
+    if fun == "softplus":
+        return _mp_softplus_mixed(p, q, x, b, sig)
+    if r >= 2:
+        return mpmath.mpf(0), mpmath.mpf(0)
+    v, m = _mp_sigmoid_mixed(p, q, x, b, sig)
+    return (v * dd, m * abs(dd)) if r == 0 else (v, m)
+
+
+def mp_derivative(fun, pqr, x, b, dd=1):
+    """(value, scale) of one derivative at one point, at 60 digits."""
+    import mpmath
+
+    with mpmath.workdps(60):
+        x, b, dd = (mpmath.mpf(float(v)) for v in (x, b, dd))
+        return _mp_derivative(fun, pqr, x, b, dd, _mp_sigmoid_derivatives(b * x, 5))
