@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-page = (Path(sys.argv[1]) / "api" / "index.html").read_text()
+page = (Path(sys.argv[1]) / "api.html").read_text()
 problems = []
 if "<blockquote>" in page:
     problems.append("the API page has blockquotes (an example lost its prompts)")

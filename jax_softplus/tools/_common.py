@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
+import os
+import platform
 import sys
 
 import jax
@@ -94,3 +97,69 @@ def print_rows(rows, columns, file=None):
     print("-" * len(head), file=file)
     for row in cells:
         print(line(row), file=file)
+
+
+def cpu_count():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+_ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+              "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "asimd",
+              "sve", "bf16", "fphp")  # fmt: skip
+
+
+def _cpu_info() -> dict:
+    """CPU model, vector ISA flags and cache sizes, from Linux's /proc and
+    /sys where they exist (empty fields elsewhere)."""
+    info = {"model": platform.processor() or platform.machine(), "isa": []}
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model") and value.strip():
+            info["model"] = value.strip()
+        elif key in ("flags", "Features") and not info["isa"]:
+            flags = set(value.split())
+            info["isa"] = [f for f in _ISA_FLAGS if f in flags]
+    caches = {}
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            level = open(f"{index}/level").read().strip()
+            kind = open(f"{index}/type").read().strip()
+            size = open(f"{index}/size").read().strip()
+        except OSError:
+            continue
+        name = f"L{level}" + (
+            "d" if kind == "Data" else "i" if kind == "Instruction" else ""
+        )
+        caches[name] = size
+    info["caches"] = caches
+    return info
+
+
+def machine() -> dict:
+    """What the figures depend on: printed with every table, kept in --json."""
+    cpu = _cpu_info()
+    return {
+        "cpu": cpu["model"],
+        "cores": cpu_count(),
+        "isa": " ".join(cpu["isa"]),
+        "caches": cpu["caches"],
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()][:4],
+        "python": platform.python_version(),
+    }
+
+
+def machine_line(m=None) -> str:
+    """The machine in one line, as every table names it."""
+    m = m or machine()
+    return (
+        f"{m['cpu']}, {m['cores']} cores, {m['isa'] or 'ISA unknown'}; "
+        f"jax {m['jax']} on {m['backend']}"
+    )

@@ -17,6 +17,7 @@ suite measures against.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable
@@ -27,8 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
+from jax_softplus.tools import derivatives, references
 from jax_softplus.tools._common import (
     DTYPES,
+    machine,
+    machine_line,
     naive_backward,
     parse_dtype,
     print_rows,
@@ -36,14 +40,7 @@ from jax_softplus.tools._common import (
     to_torch,
     torch_or_none,
 )
-from jax_softplus.tools.references import (
-    DERIVATIVE_REFS,
-    _f64,
-    backward_ref,
-    mp_derivatives,
-    softplus_ref,
-    ulp_error,
-)
+from jax_softplus.tools.references import _f64, backward_ref, softplus_ref, ulp_error
 
 BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
 
@@ -225,138 +222,234 @@ def mpmath_spot_check(n=200, seed=1):
 
 # --- derivatives -------------------------------------------------------------
 
-
-def _derivative_impls(sp, bwd) -> dict[str, Callable]:
-    """Per-element derivatives of a softplus `sp(x, b)` and its backward op
-    `bwd(x, b)` (diff_dst = 1), by JAX autodiff, vectorised over x."""
-    per_x = (0, None)
-    return {
-        "d softplus/d beta": jax.vmap(jax.grad(sp, argnums=1), per_x),
-        "d2 softplus/dx2": jax.vmap(jax.hessian(sp), per_x),
-        "d2 softplus/dx dbeta": jax.vmap(jax.grad(jax.grad(sp), argnums=1), per_x),
-        "d softplus_backward/d src": jax.vmap(jax.grad(bwd), per_x),
-        "d softplus_backward/d beta": jax.vmap(jax.grad(bwd, argnums=1), per_x),
-    }
-
-
-def _derivative_anchors():
-    def ours_bwd(x, b):
-        return softplus_backward(x, jnp.ones_like(x), b)
-
-    def nn_sp(x, b):
-        return jax.nn.softplus(b * x) / b
-
-    def nn_bwd(x, b):
-        return jax.grad(nn_sp)(x, b)  # what jax.nn.softplus autodiff gives
-
-    return {
-        "jax_softplus": _derivative_impls(softplus, ours_bwd),
-        "jax.nn.softplus autodiff": _derivative_impls(nn_sp, nn_bwd),
-    }
-
-
-DERIVATIVE_BETAS = (1.0, 1.7, -2.5, 0.1)
+# (label, function, (p, q, r), route, |diff_dst| range as log10): the
+# derivatives users take, by the route they take them; the second derivative
+# in beta by reverse over reverse and by jax.hessian.
+_DD = (-20.0, float(np.log10(3e38)))
+_HUGE_DD = (30.0, float(np.log10(3e38)))
+DERIVATIVES = (
+    ("d softplus/dx", "softplus", (1, 0, 0), "grad", _DD),
+    ("d softplus/dbeta", "softplus", (0, 1, 0), "grad", _DD),
+    ("d bwd/dsrc", "backward", (1, 0, 0), "grad", _DD),
+    ("d bwd/dbeta", "backward", (0, 1, 0), "grad", _DD),
+    ("d bwd/dbeta, diff_dst >= 1e30", "backward", (0, 1, 0), "grad", _HUGE_DD),
+    ("d bwd/d diff_dst", "backward", (0, 0, 1), "grad", _DD),
+    ("d2 softplus/dx2", "softplus", (2, 0, 0), "grad", _DD),
+    ("d2 softplus/dx dbeta", "softplus", (1, 1, 0), "grad", _DD),
+    ("d2 softplus/dbeta2", "softplus", (0, 2, 0), "grad", _DD),
+    ("d2 softplus/dbeta2, hessian", "softplus", (0, 2, 0), "hessian", _DD),
+    ("d2 bwd/dsrc2", "backward", (2, 0, 0), "grad", _DD),
+    ("d2 bwd/dsrc dbeta", "backward", (1, 1, 0), "grad", _DD),
+    ("d2 bwd/dbeta2", "backward", (0, 2, 0), "grad", _DD),
+    ("d2 bwd/dbeta2, hessian", "backward", (0, 2, 0), "hessian", _DD),
+    ("d3 softplus/dx3", "softplus", (3, 0, 0), "grad", _DD),
+    ("d3 softplus/dbeta3", "softplus", (0, 3, 0), "grad", _DD),
+    ("d4 softplus/dbeta4", "softplus", (0, 4, 0), "grad", _DD),
+    ("d3 bwd/dbeta3", "backward", (0, 3, 0), "grad", _DD),
+)
+# log10 |beta|, both signs.
+BETA_RANGES = {"1e-5..0.1": (-5.0, -1.0), "0.1..10": (-1.0, 1.0), "10..1e5": (1.0, 5.0)}
 
 
-def _derivative_ts(n, rng):
-    """t over [-120, 120], and the bands around +-88 (a fifth each)."""
-    k = max(n // 5, 1)
-    return np.concatenate(
-        [
-            rng.uniform(-120, 120, n - 2 * k),
-            rng.uniform(-92, -84, k),
-            rng.uniform(84, 92, k),
-        ]
-    )
+# What users would write instead, differentiated by JAX.
+_NAIVE = (
+    ("softplus", lambda x, b, d: jax.nn.softplus(b * x) / b),
+    ("backward", lambda s, b, d: d * jax.nn.sigmoid(b * s)),
+)
+
+
+def _torch_derivative(torch, fun, pqr, x, b, dd, dtype):
+    """PyTorch's derivative by autograd (double backward and beyond): its
+    softplus takes beta as a number, so x / src derivatives only."""
+    p, q, r = pqr
+    if q or r:
+        return None
+    tdt = {np.float32: torch.float32, np.float64: torch.float64}[dtype]
+    xs = torch.tensor(np.asarray(x), dtype=tdt, requires_grad=True)
+    y = torch.nn.functional.softplus(xs, beta=float(b))
+    order = p + (1 if fun == "backward" else 0)  # backward = dd * d/dx
+    for _ in range(order):
+        (y,) = torch.autograd.grad(y.sum(), xs, create_graph=True)
+    out = y.detach().numpy().astype(np.float64)
+    return out * np.asarray(dd, np.float64) if fun == "backward" else out
+
+
+@dataclass
+class DerivativeResult:
+    quantity: str
+    dtype: str
+    betas: str
+    impl: str
+    max_error: float  # ulps for orders 1 and 2, relative for 3 and 4
+    unit: str
+    count: int
+
+
+def _derivative_inputs(n, log_range, dtype, dd_range, rng):
+    """(x, beta, dd) per beta: 4 betas log-uniform over the range, either
+    sign; t = beta x half within [-30, 30], half over the normal range."""
+    span = 180.0 if dtype == np.float32 else 740.0
+    for _ in range(4):
+        b = dtype(10.0 ** rng.uniform(*log_range) * rng.choice([-1.0, 1.0]))
+        m = max(n // 4, 2)
+        t = np.concatenate(
+            [rng.uniform(-30, 30, m // 2), rng.uniform(-span, span, m - m // 2)]
+        )
+        dd = 10.0 ** rng.uniform(*dd_range, m) * rng.choice([-1.0, 1.0], m)
+        yield (t / np.float64(b)).astype(dtype), b, dd.astype(dtype)
+
+
+def _errors(got, ref, scale, dtype, order):
+    """Per element where the exact value is normal: ulps of max(|exact|,
+    scale) (orders 1-2) or the error relative to it (3-4); NaN -> inf."""
+    info = np.finfo(dtype)
+    hi, lo = ref.real, ref.imag
+    normal = np.isfinite(hi) & (np.abs(hi) >= info.tiny) & (np.abs(hi) <= info.max)
+    size = np.maximum(np.abs(hi), scale)[normal]
+    unit = np.ldexp(1.0, np.frexp(size)[1] - 1 - info.nmant) if order <= 2 else size
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs((np.asarray(got, np.float64)[normal] - hi[normal]) - lo[normal])
+        err = diff / unit
+    return np.where(np.isnan(err), np.inf, err)
 
 
 def measure_derivatives(
-    n=20_000, n64=200, betas=DERIVATIVE_BETAS, dtypes=("f32", "f64"), seed=0, log=None
+    n=2000,
+    n64=200,
+    dtypes=("f32", "f64"),
+    betas=tuple(BETA_RANGES),
+    seed=0,
+    quantities=None,
+    log=None,
 ):
-    """Per-element error of every derivative, in ulps of the exact value.
+    """Per-element error of the derivatives in `DERIVATIVES` (or the labels
+    in `quantities`), per dtype and range of |beta|, against mpmath at 60
+    digits (`references.exact_derivatives`), for jax_softplus, the naive
+    formula differentiated by JAX and, where installed, PyTorch's autograd.
 
-    float32 against `DERIVATIVE_REFS` (float64, no cancellation) at `n`
-    points per cell; float64 (x64 switched on for the call) against mpmath
-    at 50 digits at `n64` points. Regions: t = beta x over [-120, 120] plus
-    the bands [-92, -84] and [84, 92].
+    Orders 1 and 2 in ulps of the exact value (of the sum of its terms'
+    magnitudes where the derivative has a zero of its own), orders 3 and 4
+    as a relative error; only elements whose exact value is normal count.
     """
+    rows = [d for d in DERIVATIVES if quantities is None or d[0] in quantities]
+    torch = torch_or_none()
     rng = np.random.default_rng(seed)
     results = []
-    anchors = _derivative_anchors()
-    for beta in betas if "f32" in dtypes else ():
-        x = (_derivative_ts(n, rng) / beta).astype(np.float32)
-        b = np.float32(beta)
-        for quantity, ref_fn in DERIVATIVE_REFS.items():
-            if log:
-                log(f"{quantity} f32 beta={beta}")
-            ref = ref_fn(x.astype(np.float64), np.float64(b))
-            for impl, fns in anchors.items():
-                err = ulp_error(
-                    fns[quantity](jnp.asarray(x), jnp.float32(b)), ref, np.float32
-                )
-                results.append(_derivative_result(quantity, "f32", beta, impl, err))
-    if "f64" in dtypes:
-        results += _measure_derivatives64(n64, betas, rng, anchors, log)
-    return results
-
-
-def _measure_derivatives64(n, betas, rng, anchors, log):
-    import mpmath
-
-    mpmath.mp.dps = 50
-    refs = mp_derivatives()
-    results = []
     previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
     try:
-        for beta in betas:
-            x = _derivative_ts(n, rng) / beta
-            for quantity, ref_fn in refs.items():
-                if log:
-                    log(f"{quantity} f64 beta={beta}")
-                ref = np.array(
-                    [float(ref_fn(mpmath.mpf(v), mpmath.mpf(beta))) for v in x]
-                )
-                for impl, fns in anchors.items():
-                    got = fns[quantity](jnp.asarray(x), jnp.float64(beta))
-                    err = ulp_error(got, ref, np.float64)
-                    results.append(_derivative_result(quantity, "f64", beta, impl, err))
+        for dt in dtypes:
+            dtype = {"f32": np.float32, "f64": np.float64}[dt]
+            jax.config.update("jax_enable_x64", dt == "f64")
+            for label in betas:
+                for dd_range in dict.fromkeys(d[4] for d in rows):
+                    group = [d for d in rows if d[4] == dd_range]
+                    if log:
+                        log(f"derivatives {dt} |beta| {label}")
+                    results += _measure_group(
+                        group,
+                        dtype,
+                        dt,
+                        label,
+                        dd_range,
+                        n if dt == "f32" else n64,
+                        torch,
+                        rng,
+                    )
     finally:
         jax.config.update("jax_enable_x64", previous)
     return results
 
 
-def _derivative_result(quantity, dt, beta, impl, err):
-    err = np.where(np.isnan(err), np.inf, err)  # a NaN where the value is normal
-    finite = err[np.isfinite(err)]
-    worst = float(np.nanmax(err)) if err.size else float("nan")
-    mean = float(np.mean(finite)) if finite.size else float("nan")
-    return Result(quantity, dt, beta, "t in [-120, 120]", impl, worst, mean, err.size)
+def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
+    errs: dict = {}
+    specs = tuple((d[0], d[1], d[2]) for d in group)
+    for x, b, dd in _derivative_inputs(n, BETA_RANGES[label], dtype, dd_range, rng):
+        refs = references.exact_derivatives(
+            {q: (f, pqr) for q, f, pqr in specs}, x, b, dd
+        )
+        args = (jnp.asarray(x), jnp.asarray(b), jnp.asarray(dd))
+        for route in dict.fromkeys(d[3] for d in group):
+            names = tuple(s for s, d in zip(specs, group, strict=True) if d[3] == route)
+            impls = {
+                "jax_softplus": derivatives.compiled(route, names),
+                "naive formula": derivatives.compiled(route, names, _NAIVE),
+            }
+            for impl, fn in impls.items():
+                got = fn(*args)
+                for q, _, pqr in names:
+                    e = _errors(got[q], *refs[q], dtype, sum(pqr))
+                    errs.setdefault((q, impl), []).append(e)
+            if torch is not None:
+                for q, f, pqr in names:
+                    got = _torch_derivative(torch, f, pqr, x, b, dd, dtype)
+                    if got is not None:
+                        e = _errors(got, *refs[q], dtype, sum(pqr))
+                        errs.setdefault((q, "PyTorch autograd"), []).append(e)
+    out = []
+    for (q, impl), parts in errs.items():
+        err = np.concatenate(parts)
+        order = sum(next(d[2] for d in group if d[0] == q))
+        out.append(
+            DerivativeResult(
+                q,
+                dt,
+                label,
+                impl,
+                float(err.max()) if err.size else float("nan"),
+                "ulp" if order <= 2 else "relative",
+                int(err.size),
+            )
+        )
+    return out
 
 
-def _fmt_ulp(v):
+def _fmt_error(v, unit):
     if v is None:
         return ""
     if not np.isfinite(v):
         return "NaN/inf"
-    return f"{v:.3g}" if v < 1e4 else f"{v:.1e}"
+    if unit == "relative":
+        return f"{v:.1e}" if v < 1 else "> 1"
+    return f"{v:.3g}" if v < 1e6 else "> 1e6"
 
 
-def derivatives_markdown(results) -> str:
-    """Max ulp per quantity x dtype, over the betas, one column per impl."""
-    impls = list(dict.fromkeys(r.impl for r in results))
-    cells: dict = {}
-    for r in results:
-        key = (r.op, r.dtype)
-        row = cells.setdefault(key, {})
-        row[r.impl] = max(row.get(r.impl, 0.0), r.max_ulp)
-    out = ["| quantity | dtype | " + " | ".join(impls) + " |"]
-    out.append("|---|---|" + "---:|" * len(impls))
-    for (quantity, dt), row in cells.items():
-        vals = [row.get(i) for i in impls]
-        txt = [_fmt_ulp(v) for v in vals]
-        out.append(f"| {quantity} | {dt} | " + " | ".join(txt) + " |")
-    return "\n".join(out) + "\n"
+def derivatives_markdown(results, by_range=False) -> str:
+    """One table per dtype, a column per implementation: a row per quantity
+    (the max over every range of |beta|), or per quantity and range."""
+    order = {d[0]: k for k, d in enumerate(DERIVATIVES)}
+    out = []
+    for dt in dict.fromkeys(r.dtype for r in results):
+        rows = [r for r in results if r.dtype == dt]
+        impls = list(dict.fromkeys(r.impl for r in rows))
+        cells: dict = {}
+        for r in sorted(rows, key=lambda r: order.get(r.quantity, len(order))):
+            key = (r.quantity, r.betas if by_range else None, r.unit)
+            row = cells.setdefault(key, {})
+            row[r.impl] = max(row.get(r.impl, 0.0), r.max_error)
+        out.append(
+            f"**{dt}**: max error, in ulps (orders 1 and 2) or relative (3 and "
+            "4); '> 1e6' ulps or '> 1' relative: no correct digit\n"
+        )
+        head = "| quantity | " + ("\\|beta\\| | " if by_range else "")
+        out.append(head + " | ".join(impls) + " |")
+        out.append("|---|" + ("---|" if by_range else "") + "---:|" * len(impls))
+        for (q, label, unit), row in cells.items():
+            txt = [_fmt_error(row.get(i), unit) for i in impls]
+            first = f"| {q} | " + (f"{label} | " if by_range else "")
+            out.append(first + " | ".join(txt) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+_DERIVATIVE_COLUMNS = [
+    ("quantity", lambda r: r.quantity, False),
+    ("dtype", lambda r: r.dtype, False),
+    ("|beta|", lambda r: r.betas, False),
+    ("implementation", lambda r: r.impl, False),
+    ("max error", lambda r: _fmt_error(r.max_error, r.unit), True),
+    ("unit", lambda r: r.unit, False),
+    ("n", lambda r: str(r.count), True),
+]
 
 
 _COLUMNS = [
@@ -395,6 +488,64 @@ def markdown_summary(results) -> str:
             out.append(f"| {dt} | {beta:g} | {region} | " + " | ".join(txt) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def values_summary_markdown(results) -> str:
+    """Max ulp per op x dtype over every beta and region, one column per
+    implementation."""
+    impls = list(dict.fromkeys(r.impl for r in results))
+    cells: dict = {}
+    for r in results:
+        row = cells.setdefault((r.op, r.dtype), {})
+        row[r.impl] = max(row.get(r.impl, 0.0), r.max_ulp)
+    out = ["| op | dtype | " + " | ".join(impls) + " |"]
+    out.append("|---|---|" + "---:|" * len(impls))
+    for (op, dt), row in cells.items():
+        txt = [_fmt_error(row.get(i), "ulp") for i in impls]
+        out.append(f"| {op} | {dt} | " + " | ".join(txt) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _details(summary, body):
+    return f"<details markdown>\n<summary>{summary}</summary>\n\n{body}\n</details>\n"
+
+
+def write_tables(directory, results, derivative_rows, spot, n):
+    """The tables the docs include and the README's bounds are tested
+    against: accuracy.md, derivatives.md and accuracy.json in `directory`."""
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    m = machine()
+    torch = torch_or_none()
+    where = (
+        f"Measured on {machine_line(m)}, "
+        f"{'torch ' + torch.__version__ if torch else 'PyTorch not installed'}; "
+        f"written by `python -m jax_softplus.tools.accuracy --tables {directory}`."
+    )
+    if results:
+        with open(os.path.join(directory, "accuracy.md"), "w") as f:
+            f.write(f"{where} {n:,} inputs per cell.\n\n")
+            f.write("Max error in ulps over every beta and region:\n\n")
+            f.write(values_summary_markdown(results) + "\n")
+            f.write(_details("Every beta and region", markdown_summary(results)))
+    if derivative_rows:
+        with open(os.path.join(directory, "derivatives.md"), "w") as f:
+            f.write(f"{where}\n\n")
+            f.write(derivatives_markdown(derivative_rows) + "\n")
+            body = derivatives_markdown(derivative_rows, by_range=True)
+            f.write(_details("Per range of |beta|", body))
+    with open(os.path.join(directory, "accuracy.json"), "w") as f:
+        json.dump(
+            {
+                "machine": m,
+                "results": [asdict(r) for r in results],
+                "derivatives": [asdict(r) for r in derivative_rows],
+                "mpmath": spot,
+            },
+            f,
+            indent=1,
+        )
 
 
 def plot(path, beta=1.7, n=400_000, bins=200, seed=0):
@@ -445,6 +596,11 @@ def plot(path, beta=1.7, n=400_000, bins=200, seed=0):
     fig.savefig(path, dpi=110)
 
 
+def _clear_line():
+    if sys.stderr.isatty():
+        print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m jax_softplus.tools.accuracy",
@@ -461,6 +617,11 @@ def main(argv=None):
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--markdown", metavar="PATH", help="write the summary table")
     p.add_argument(
+        "--tables",
+        metavar="DIR",
+        help="write the docs' tables (accuracy.md, derivatives.md, accuracy.json)",
+    )
+    p.add_argument(
         "--no-derivatives",
         action="store_true",
         help="skip the table of derivatives (d/d beta, second derivatives)",
@@ -471,27 +632,46 @@ def main(argv=None):
         betas = [float(b) for b in args.betas.split(",") if b.strip()]
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
-    if not args.no_mpmath:
-        require("mpmath", "the mpmath check (skip it with --no-mpmath)", p)
-    if not args.no_derivatives:
-        require("mpmath", "the derivatives table (skip it with --no-derivatives)", p)
     if args.plot:
         require("matplotlib", "--plot", p)
+    # What needs mpmath runs where it is installed; elsewhere the rest runs
+    # and one line says what was skipped.
+    skipped = []
+    if importlib.util.find_spec("mpmath") is None:
+        skipped = [
+            name
+            for name, off in (
+                ("the mpmath check", args.no_mpmath),
+                ("the derivatives table", args.no_derivatives),
+            )
+            if not off
+        ]
+        args.no_mpmath = args.no_derivatives = True
+    skip_note = (
+        f"skipped {' and '.join(skipped)}: they need mpmath, which is not "
+        "installed (pip install 'jax-softplus[bench]')"
+        if skipped
+        else ""
+    )
+    if skip_note:
+        print(skip_note, file=sys.stderr)
 
     def log(msg):
-        print(f"\r{msg:70}", end="", file=sys.stderr, flush=True)
+        # One line redrawn on a terminal; a line per step in a log file.
+        if sys.stderr.isatty():
+            print(f"\r{msg:70}", end="", file=sys.stderr, flush=True)
+        else:
+            print(msg, file=sys.stderr, flush=True)
 
     results = measure(n=args.n, dtypes=dtypes, betas=betas, log=log)
-    print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+    _clear_line()
     print_table(results)
-    derivatives = []
+    derivative_rows = []
     if not args.no_derivatives:
-        derivatives = measure_derivatives(betas=DERIVATIVE_BETAS, log=log)
-        print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
-        print("\nEvery derivative, per element (PyTorch has no beta derivative):")
-        print_table(derivatives)
-        print("\nMax over betas 1, 1.7, -2.5, 0.1:")
-        print(derivatives_markdown(derivatives))
+        derivative_rows = measure_derivatives(log=log)
+        _clear_line()
+        print("\nDerivatives, per element (PyTorch has no beta derivative):")
+        print_rows(derivative_rows, _DERIVATIVE_COLUMNS)
     spot = None
     if not args.no_mpmath:
         spot = mpmath_spot_check()
@@ -499,24 +679,32 @@ def main(argv=None):
         for key, value in spot.items():
             print(f"  {key:30} {value:.3f}")
     if args.plot:
-        plot(args.plot)
-        print(f"\nplot written to {args.plot}")
+        beta = 1.7 if 1.7 in betas else betas[0]
+        plot(args.plot, beta=beta)
+        print(f"\nplot (beta = {beta:g}) written to {args.plot}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
                 {
                     "results": [asdict(r) for r in results],
-                    "derivatives": [asdict(r) for r in derivatives],
+                    "derivatives": [asdict(r) for r in derivative_rows],
                     "mpmath": spot,
                 },
                 f,
             )
+    if args.tables:
+        write_tables(args.tables, results, derivative_rows, spot, args.n)
+        print(f"\ntables written to {args.tables}")
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown_summary(results))
-            if derivatives:
-                f.write("\n**derivatives**, max error in ulps\n\n")
-                f.write(derivatives_markdown(derivatives))
+            if derivative_rows:
+                f.write("\n**derivatives**, max over |beta| in [1e-5, 1e5]\n\n")
+                f.write(derivatives_markdown(derivative_rows))
+                f.write("\n**derivatives**, per range of |beta|\n\n")
+                f.write(derivatives_markdown(derivative_rows, by_range=True))
+    if skip_note:
+        print(f"\n{skip_note}")
     return results
 
 

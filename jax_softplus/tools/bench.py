@@ -23,11 +23,9 @@ not. `beta` is passed as a traced argument throughout.
 from __future__ import annotations
 
 import argparse
-import glob
 import importlib.util
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -45,6 +43,8 @@ from jax_softplus import (
 )
 from jax_softplus.tools._common import (
     DTYPES,
+    cpu_count,
+    machine,
     naive_backward,
     parse_dtype,
     print_rows,
@@ -117,11 +117,6 @@ def _torch_methods(src, dd, beta):
         "torch": lambda: op(td, ts, beta, 20.0),
         "torch (out=)": lambda: op.grad_input(td, ts, beta, 20.0, grad_input=out),
     }
-
-
-def cpu_count():
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 def _block(x):
@@ -462,58 +457,6 @@ def plot(rows, path):
 
 # The vector extensions that decide how wide XLA's loops are and whether
 # half-precision arithmetic is native.
-_ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
-              "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "asimd",
-              "sve", "bf16", "fphp")  # fmt: skip
-
-
-def _cpu_info() -> dict:
-    """CPU model, vector ISA flags and cache sizes, from Linux's /proc and
-    /sys where they exist (empty fields elsewhere)."""
-    info = {"model": platform.processor() or platform.machine(), "isa": []}
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in ("model name", "Model") and value.strip():
-            info["model"] = value.strip()
-        elif key in ("flags", "Features") and not info["isa"]:
-            flags = set(value.split())
-            info["isa"] = [f for f in _ISA_FLAGS if f in flags]
-    caches = {}
-    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
-        try:
-            level = open(f"{index}/level").read().strip()
-            kind = open(f"{index}/type").read().strip()
-            size = open(f"{index}/size").read().strip()
-        except OSError:
-            continue
-        name = f"L{level}" + (
-            "d" if kind == "Data" else "i" if kind == "Instruction" else ""
-        )
-        caches[name] = size
-    info["caches"] = caches
-    return info
-
-
-def machine() -> dict:
-    """What the figures depend on: printed with every table, kept in --json."""
-    cpu = _cpu_info()
-    return {
-        "cpu": cpu["model"],
-        "cores": cpu_count(),
-        "isa": " ".join(cpu["isa"]),
-        "caches": cpu["caches"],
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "devices": [str(d) for d in jax.devices()][:4],
-        "python": platform.python_version(),
-    }
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m jax_softplus.tools.bench",

@@ -49,12 +49,14 @@ from jax import lax
 from jax_softplus import softplus_backward_inplace
 from jax_softplus.tools._common import (
     DTYPES,
+    cpu_count,
+    machine,
     naive_backward,
     parse_dtype,
     print_rows,
     sample_data,
 )
-from jax_softplus.tools.bench import cpu_count, format_size, machine, parse_size
+from jax_softplus.tools.bench import format_size, parse_size
 
 _INSN = re.compile(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)")
 _VECTOR_REG = re.compile(r"\b([xyz]mm\d+|k[0-7])\b")
