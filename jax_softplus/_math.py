@@ -66,7 +66,7 @@ _ZDEEP = _F32(192.8)
 # Coefficients of q in expm1(r) = r + r**2 * q(r) on [-ln 2 / 2, ln 2 / 2],
 # highest first (a minimax fit of the error relative to exp(r): below
 # 2**-26.7 with float32 coefficients and evaluation). These and the other
-# polynomials below come from `python -m jax_softplus.tools.fit`.
+# polynomials below come from `python maintainers/fit.py`.
 _EXPM1_Q = tuple(
     _F32(c)
     for c in (

@@ -13,26 +13,34 @@ def test_cli_runs_every_section(tmp_path, capsys):
         [
             "--sizes", "4K", "--dtypes", "f32,bf16", "--betas", "1.7",
             "--repeats", "2", "--no-torch", "--fwd-bwd", "--train-step",
-            "--scaling", "1K,2K", "--json", str(out),
+            "--scaling", "1K,2K", "--user-jit", "--json", str(out),
         ]
     )  # fmt: skip
     captured = capsys.readouterr()
     text = captured.out
-    # The progress line counts every section: 2 backward, 2 fwd+bwd, scaling
-    # and train step.
-    assert "[6/6] train step" in captured.err and "[7/" not in captured.err
+    # The progress line counts every section: 2 user jit, 2 backward,
+    # 2 fwd+bwd, scaling and train step.
+    assert "[8/8] train step" in captured.err and "[9/" not in captured.err
     for needle in ("donated", "fresh", "fwd+bwd", "scaling", "train step"):
         assert needle in text
     rows = json.loads(out.read_text())["rows"]
     modes = {r["mode"] for r in rows}
     assert {"donated", "fresh", "fwd+bwd", "fwd+bwd donated", "scaling"} <= modes
+    # The op in the user's own jit, beside the naive formula jitted the same.
+    for mode in ("user jit donated", "user jit fresh"):
+        methods = {r["method"] for r in rows if r["mode"] == mode}
+        assert methods == {"a*b (floor)", "jax_softplus", "naive XLA"}
+    # What the ratios are made of is printed with them.
+    assert "x floor: the median over rounds of (time / time of a*b" in text
     assert "fwd+bwd tuned" in modes  # the CPU-only section
     assert all(r["median_s"] > 0 and r["ratio"] > 0 for r in rows)
     floors = [r for r in rows if r["method"] == "a*b (floor)"]
     assert floors and all(r["ratio"] == 1.0 for r in floors)
     # Every backward row is also compared with the naive formula (itself at
     # exactly 1); without PyTorch nothing is compared with it.
-    backward = [r for r in rows if r["mode"] in ("donated", "fresh")]
+    backward = [
+        r for r in rows if r["mode"] in ("donated", "fresh") or "user" in r["mode"]
+    ]
     assert all(r["vs_naive"] > 0 for r in backward)
     assert all(r["vs_naive"] == 1.0 for r in backward if r["method"] == "naive XLA")
     assert all(r["vs_torch"] is None for r in rows)
@@ -90,3 +98,16 @@ def test_default_sizes_reach_past_the_last_level_cache(capsys):
         bench.main(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "default: 16M,128M" in help_text
+
+
+def test_a_plot_without_scaling_has_one_panel_and_no_warning(tmp_path, recwarn):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    rows = bench.main(
+        ["--sizes", "1K", "--repeats", "1", "--dtypes", "f32", "--betas", "1.0",
+         "--no-torch", "--plot", str(tmp_path / "b.png")]
+    )  # fmt: skip
+    assert (tmp_path / "b.png").stat().st_size > 0
+    assert not [w for w in recwarn if "No artists" in str(w.message)]
+    assert rows and len(plt.gcf().axes) == 1

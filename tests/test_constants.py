@@ -1,4 +1,4 @@
-"""The kernels' polynomial coefficients are what `jax_softplus.tools.fit`
+"""The kernels' polynomial coefficients are what `maintainers/fit.py`
 computes, and meet the error bounds their comments state, evaluated as the
 kernels evaluate them (float32 coefficients, float32 Horner), against mpmath
 on a dense grid of each interval. The float32 arithmetic is NumPy's on the
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 
+import fit
 import mpmath
 import numpy as np
 import pytest
 
 from jax_softplus import _math
-from jax_softplus.tools import fit
 
 mpmath.mp.dps = 40
 F32 = np.float32

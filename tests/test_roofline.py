@@ -9,9 +9,9 @@ import shutil
 import jax
 import jax.numpy as jnp
 import pytest
+import roofline
 
 from jax_softplus import softplus_backward_inplace
-from jax_softplus.tools import roofline
 from jax_softplus.tools._common import naive_backward
 
 x86 = pytest.mark.skipif(
@@ -69,9 +69,12 @@ def test_the_clock_is_measured():
 def test_cli_prints_the_table(capsys, monkeypatch):
     fast = functools.partial(roofline.seconds_per_call, budget=0.01, rounds=1)
     monkeypatch.setattr(roofline, "seconds_per_call", fast)
+    # A clock that moved between runs is reported, with its range.
+    monkeypatch.setattr(roofline, "clock_samples", lambda: [4.46e9, 2.21e9, 4.4e9])
     rows, cal = roofline.main(["--dtypes", "f32", "--sizes", "16K,32K,64K"])
     out = capsys.readouterr().out
     assert "machine:" in out and "per divide" in out
+    assert "2.21-4.46 over 3 runs" in out and "warning: the clock moved by 50%" in out
     assert [r.kernel for r in rows] == [
         "jax_softplus in place",
         "naive XLA",
@@ -95,3 +98,28 @@ def test_bad_sizes_are_usage_errors(capsys):
 def test_a_bound_lost_in_noise_reads_nan_not_a_crash():
     row = roofline.Row("f32", "k", 10, 8, 0, 16, 512, 0.0, 1.0, 1.0, 1.0)
     assert math.isnan(row.gap)
+
+
+def test_a_calibration_lost_in_noise_is_retried_then_refused(monkeypatch):
+    # One run of four printed "256-bit: -2.126 per vector instruction".
+    loop = roofline.Loop([("vmulps", "zmm0,zmm1,zmm2")] * 4, 16, 512)
+    monkeypatch.setattr(roofline, "hot_loop", lambda *a, **k: loop)
+    times = iter([-1.0, 0.5])
+    monkeypatch.setattr(roofline, "_cycles", lambda *a, **k: next(times))
+    got = roofline._per_instruction(
+        roofline._mixed, 1024, 3e9, 1, lambda lp: lp.vector, 256
+    )
+    assert got == 0.5 * 16 / loop.vector
+    monkeypatch.setattr(roofline, "_cycles", lambda *a, **k: -2.0)
+    with pytest.raises(RuntimeError, match="at or below 0 three times"):
+        roofline._per_instruction(
+            roofline._mixed, 1024, 3e9, 1, lambda lp: lp.vector, 256
+        )
+
+
+def test_an_unstable_clock_is_reported_with_its_spread():
+    # The clock read 2.21 to 4.46 GHz across runs on one machine.
+    assert (
+        roofline.clock_spread([4.46e9, 2.21e9, 4.4e9]) > roofline.CLOCK_SPREAD_WARNING
+    )
+    assert roofline.clock_spread([4.16e9, 4.15e9]) < 0.01

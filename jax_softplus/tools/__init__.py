@@ -4,10 +4,10 @@
   the naive formula, `jax.nn.softplus` autodiff and PyTorch (if installed).
 - `python -m jax_softplus.tools.accuracy`: error in ulps of every value and
   derivative against float64 and mpmath references.
-- `python -m jax_softplus.tools.roofline`: the loop XLA:CPU compiles, read
-  from its object code, against the core's measured throughput.
-- `python -m jax_softplus.tools.fit`: regenerate the kernels' polynomial
-  coefficients (weighted minimax fits).
+- `derivatives` and `references`: the routes of JAX autodiff and the
+  exact values (mpmath) both tools and the tests measure with.
 
-Their plots, the mpmath check and the fits need the `[bench]` extra.
+Their plots and the mpmath references need the `[bench]` extra. The
+maintainers' tools (the roofline of the compiled loop, the polynomial fits
+behind the kernels' constants) live in the repository's `maintainers/`.
 """

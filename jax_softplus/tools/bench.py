@@ -242,6 +242,34 @@ def bench_backward(n, dt, beta, repeats, progress, torch=True):
     return rows
 
 
+def bench_user_jit(n, dt, beta, repeats, progress):
+    """The op where users call it: inside their own `jax.jit` with XLA's
+    default compiler options (256-bit vectors on AVX-512 CPUs, where the
+    library's top-level jits use `TUNED_CPU_OPTIONS`' 512), donated through
+    the user's `donate_argnums` and with a fresh output, beside the naive
+    formula and `a * b` jitted the same way."""
+    dtype = DTYPES[dt]
+    src, dd = sample_data(n, dtype)
+    b = jnp.float32(beta)
+    itemsize = jnp.dtype(dtype).itemsize
+
+    def ours(s, d, beta):
+        return softplus_backward(s, d, beta)
+
+    methods = {"a*b (floor)": _mul, "jax_softplus": ours, NAIVE: naive_backward}
+    rows = []
+    donated = {
+        k: _Donated(jax.jit(f, donate_argnums=1), src, dd, b)
+        for k, f in methods.items()
+    }
+    times, ratios = _measure(donated, "a*b (floor)", repeats, progress)
+    rows += _rows("user jit donated", dt, n, beta, itemsize, times, ratios)
+    fresh = {k: _Fresh(jax.jit(f), src, dd, b) for k, f in methods.items()}
+    times, ratios = _measure(fresh, "a*b (floor)", repeats, progress, _settle(n))
+    rows += _rows("user jit fresh", dt, n, beta, itemsize, times, ratios)
+    return rows
+
+
 def bench_fwd_bwd(n, dt, beta, repeats, progress):
     """softplus and its gradient in one jitted call: fresh, donated, and (on
     the CPU) donated with `TUNED_CPU_OPTIONS` on both sides."""
@@ -383,7 +411,7 @@ _COLUMNS = [
     ("size", lambda r: format_size(r.size), True),
     ("beta", lambda r: f"{r.beta:.2g}", True),
     ("median ms", lambda r: f"{r.median_s * 1e3:.3f}", True),
-    ("ratio", lambda r: f"{r.ratio:.2f}", True),
+    ("x floor", lambda r: f"{r.ratio:.2f}", True),
     ("GB/s", lambda r: f"{r.gbps:.1f}", True),
     ("spread", lambda r: f"{r.spread:.2f}", True),
     ("vs naive", lambda r: _fmt_ratio(r.vs_naive), True),
@@ -395,6 +423,22 @@ def _columns(rows):
     """The columns, without "vs torch" where no row has a PyTorch figure."""
     torch_ran = any(r.vs_torch is not None for r in rows)
     return [c for c in _COLUMNS if torch_ran or c[0] != "vs torch"]
+
+
+def legend(rows) -> str:
+    """What the table's ratios are made of."""
+    against = (
+        "vs naive, vs torch"
+        if any(r.vs_torch is not None for r in rows)
+        else "vs naive"
+    )
+    return (
+        "x floor: the median over rounds of (time / time of a*b in the same round "
+        f"and mode); {against}: the same against those methods. A median of "
+        "per-round ratios need not equal the ratio of the median times: each "
+        "round pairs a call with its neighbours', which cancels a shared "
+        "machine's drift."
+    )
 
 
 def print_table(rows, file=None):
@@ -420,8 +464,13 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
-    cells = [r for r in rows if r.mode in ("donated", "fresh")]
+    scaling = [r for r in rows if r.mode == "scaling"]
+    # The scaling panel only where the run timed it (--scaling).
+    if scaling:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    else:
+        fig, ax = plt.subplots(1, 1, figsize=(9, 4.5))
+    cells = [r for r in rows if r.mode in ("donated", "fresh") or "user" in r.mode]
     groups = list(dict.fromkeys((r.mode, r.dtype, r.beta) for r in cells))
     methods = list(dict.fromkeys(r.method for r in cells))
     width = 0.8 / max(1, len(methods))
@@ -437,9 +486,16 @@ def plot(rows, path):
     ax.set_xticklabels(labels, fontsize=7, rotation=30, ha="right")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylabel("time / time of a*b in the same mode")
-    ax.legend(fontsize=7)
+    if methods:
+        ax.legend(fontsize=7)
     ax.set_title("softplus_backward vs the a*b floor")
-    scaling = [r for r in rows if r.mode == "scaling"]
+    if scaling:
+        _plot_scaling(ax2, scaling)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _plot_scaling(ax2, scaling):
     for m in dict.fromkeys(r.method for r in scaling):
         pts = sorted(
             (r.size, r.median_s / r.size * 1e9) for r in scaling if r.method == m
@@ -451,8 +507,6 @@ def plot(rows, path):
     ax2.set_title("scaling: dispatch-bound to memory-bound")
     ax2.grid(alpha=0.3, which="both")
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 # The vector extensions that decide how wide XLA's loops are and whether
@@ -473,6 +527,11 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=15, help="interleaved rounds")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     p.add_argument("--fwd-bwd", action="store_true", help="also time fwd+bwd")
+    p.add_argument(
+        "--user-jit",
+        action="store_true",
+        help="also time the op inside a user's jax.jit (default compiler options)",
+    )
     p.add_argument(
         "--scaling",
         nargs="?",
@@ -500,7 +559,8 @@ def main(argv=None):
     if not args.no_torch and importlib.util.find_spec("torch") is None:
         print("PyTorch is not installed: its columns are skipped (pip install torch).")
     jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
-    total = len(jobs) + (len(sizes) * len(dtypes) if args.fwd_bwd else 0)
+    total = len(jobs) * (2 if args.user_jit else 1)
+    total += len(sizes) * len(dtypes) if args.fwd_bwd else 0
     total += bool(scaling) + bool(args.train_step)
     done = [0]
 
@@ -518,6 +578,11 @@ def main(argv=None):
     rows = []
     for n, dt, b in jobs:
         label = f"backward {dt} {format_size(n)} beta={b}"
+        if args.user_jit:
+            rows += bench_user_jit(
+                n, dt, b, args.repeats, progress_for("user jit " + label)
+            )
+            done[0] += 1
         rows += bench_backward(
             n, dt, b, args.repeats, progress_for(label), torch=not args.no_torch
         )
@@ -541,6 +606,7 @@ def main(argv=None):
         f"caches {m['caches'] or 'unknown'}; jax {m['jax']} on {m['backend']}"
     )
     print_table(rows)
+    print(legend(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

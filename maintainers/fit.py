@@ -1,4 +1,4 @@
-"""Polynomial fits behind the kernels' constants: `python -m jax_softplus.tools.fit`.
+"""Polynomial fits behind the kernels' constants: `python maintainers/fit.py`.
 
 Each polynomial in `jax_softplus._math` is a weighted minimax fit, found
 here by the Remez exchange algorithm on a grid of 3,001 points, and rounded
@@ -216,12 +216,12 @@ def float32_coefficients(fit: Fit) -> tuple[np.float32, ...]:
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.tools.fit",
+        prog="python maintainers/fit.py",
         description=__doc__.splitlines()[0],
     )
     p.add_argument("names", nargs="*", help="constants to fit (default: all)")
     args = p.parse_args(argv)
-    require("mpmath", "python -m jax_softplus.tools.fit", p)
+    require("mpmath", "python maintainers/fit.py", p)
     unknown = set(args.names) - {f.name for f in FITS}
     if unknown:
         p.error(f"unknown constants {sorted(unknown)}; choose from "

@@ -1,4 +1,4 @@
-"""Roofline of the CPU loops: `python -m jax_softplus.tools.roofline`.
+"""Roofline of the CPU loops: `python maintainers/roofline.py`.
 
 For each dtype, the loop that XLA:CPU compiles for the in-place op (as
 `softplus_backward_inplace.lower(...).compile()` builds it), for the naive
@@ -164,27 +164,45 @@ _ADD_CHAIN = (
 
 
 def clock_hz(iterations=20_000_000, repeats=5):
-    """The core's clock under load, from a chain of dependent adds; None
-    where machine code cannot be run (not x86-64 System V, or no W+X pages)."""
+    """The core's clock under load, from a chain of dependent adds (the best
+    of `repeats` runs); None where machine code cannot be run (not x86-64
+    System V, or no W+X pages)."""
+    samples = clock_samples(iterations, repeats)
+    return max(samples) if samples else None
+
+
+# A clock that moves more than this between runs makes cycle counts as
+# uncertain: the tool says so.
+CLOCK_SPREAD_WARNING = 0.10
+
+
+def clock_spread(samples):
+    """(max - min) / max of the clock's runs."""
+    return (max(samples) - min(samples)) / max(samples) if samples else 0.0
+
+
+def clock_samples(iterations=20_000_000, repeats=5):
+    """The clock of each of `repeats` runs of the add chain, in Hz ([] where
+    machine code cannot be run)."""
     if platform.machine().lower() not in ("x86_64", "amd64") or os.name != "posix":
-        return None
+        return []
     try:
         page = mmap.mmap(
             -1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
         )
     except (OSError, AttributeError):
-        return None
+        return []
     page.write(_ADD_CHAIN)
     buf = ctypes.c_char.from_buffer(page)
     chain = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(ctypes.addressof(buf))
-    best = float("inf")
+    samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         adds = chain(iterations)
-        best = min(best, time.perf_counter() - t0)
+        samples.append(adds / (time.perf_counter() - t0))
     del chain, buf
     page.close()
-    return adds / best
+    return samples
 
 
 # Timing ---------------------------------------------------------------------
@@ -269,8 +287,17 @@ def _per_instruction(fn, n, clock, cores, counter, width):
     loop = hot_loop(jitted.lower(src, dd, jnp.float32(1.0)), 4, options)
     if not counter(loop):
         raise RuntimeError(f"the calibration loop {fn.__name__} has none to count")
-    per_element = _cycles(make, n, clock, cores, marginal=True)
-    return per_element * loop.elements / counter(loop)
+    # A marginal time lost in noise can come out at or below 0: retried at
+    # twice the size, then reported as a failed calibration, never printed.
+    for size in (n, 2 * n, 4 * n):
+        per_element = _cycles(make, size, clock, cores, marginal=True)
+        if per_element > 0:
+            return per_element * loop.elements / counter(loop)
+    raise RuntimeError(
+        f"calibrating {width}-bit {fn.__name__}: the marginal time came out at "
+        f"or below 0 three times ({per_element:.3g} per element at {size} "
+        "elements); the machine is too noisy: rerun, or with larger --sizes"
+    )
 
 
 @dataclass
@@ -304,7 +331,8 @@ _KERNELS = {
 def roofline(dtypes, beta, sizes, progress=lambda msg: None):
     cores = cpu_count()
     progress("measuring the clock")
-    clock = clock_hz()
+    samples = clock_samples()
+    clock = max(samples) if samples else None
     n_cal = sizes[0]
     # Per vector width: on some cores (AMD Zen 4) a 512-bit instruction
     # takes two 256-bit pipes.
@@ -342,6 +370,7 @@ def roofline(dtypes, beta, sizes, progress=lambda msg: None):
                             loop.divides, loop.elements, loop.width, bound,
                             *measured))  # fmt: skip
     calibration = {"clock_ghz": (clock or 0) / 1e9, "cores": cores,
+                   "clock_runs_ghz": [f / 1e9 for f in samples],
                    "per_vector": per_vector, "per_divide": per_divide}  # fmt: skip
     return rows, calibration
 
@@ -365,7 +394,7 @@ def _columns(sizes):
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.tools.roofline",
+        prog="python maintainers/roofline.py",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -397,7 +426,7 @@ def main(argv=None):
             lambda m: print(f"\r{m:60}", end="", file=sys.stderr, flush=True),
         )
     except RuntimeError as err:
-        sys.exit(f"\npython -m jax_softplus.tools.roofline: {err}")
+        sys.exit(f"\npython maintainers/roofline.py: {err}")
     print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
     m = machine()
     unit = "cycles" if cal["clock_ghz"] else "ns (no clock measured)"
@@ -407,8 +436,18 @@ def main(argv=None):
         f"{cal['per_divide'][w]:.2f} per divide"
         for w in (256, 512)
     )
-    clock = f"clock {cal['clock_ghz']:.2f} GHz (dependent adds)"
+    runs = cal["clock_runs_ghz"]
+    clock = f"clock {cal['clock_ghz']:.2f} GHz (dependent adds"
+    clock += (
+        f", {min(runs):.2f}-{max(runs):.2f} over {len(runs)} runs)" if runs else ")"
+    )
     print(f"{clock}; per core, in {unit}: {rates}")
+    spread = clock_spread(runs)
+    if spread > CLOCK_SPREAD_WARNING:
+        print(
+            f"warning: the clock moved by {spread:.0%} between runs (a shared or "
+            "throttled core): the cycle counts are uncertain by as much"
+        )
     print_rows(rows, _columns(sizes))
     return rows, cal
 
