@@ -111,3 +111,23 @@ def test_a_plot_without_scaling_has_one_panel_and_no_warning(tmp_path, recwarn):
     assert (tmp_path / "b.png").stat().st_size > 0
     assert not [w for w in recwarn if "No artists" in str(w.message)]
     assert rows and len(plt.gcf().axes) == 1
+
+
+def test_the_docs_tables_lead_with_the_users_jit_and_name_the_machine(tmp_path):
+    rows = bench.main(
+        ["--sizes", "1K", "--repeats", "1", "--dtypes", "f32", "--betas", "1.7",
+         "--no-torch", "--user-jit", "--tables", str(tmp_path)]
+    )  # fmt: skip
+    summary = (tmp_path / "bench-summary.md").read_text()
+    assert summary.startswith("Measured on ") and bench.machine()["cpu"] in summary
+    lines = [line for line in summary.splitlines() if line.startswith("| your jit")]
+    assert [line.split("|")[1].strip() for line in lines] == [
+        "your jit, donated",
+        "your jit, fresh",
+    ]
+    ours = {
+        r.mode: r.vs_naive for r in rows if r.method == "jax_softplus"
+    }  # the cells are these ratios
+    assert f"{ours['user jit donated']:.2f}" in lines[0]
+    assert "x floor: the median over rounds" in (tmp_path / "bench.md").read_text()
+    assert json.loads((tmp_path / "bench.json").read_text())["machine"]["jax"]

@@ -156,10 +156,12 @@ def machine() -> dict:
     }
 
 
-def machine_line(m=None) -> str:
+def machine_line(m=None, caches=False) -> str:
     """The machine in one line, as every table names it."""
     m = m or machine()
+    cache = ", ".join(f"{k} {v}" for k, v in m["caches"].items()) or "unknown"
     return (
-        f"{m['cpu']}, {m['cores']} cores, {m['isa'] or 'ISA unknown'}; "
-        f"jax {m['jax']} on {m['backend']}"
+        f"{m['cpu']}, {m['cores']} cores, {m['isa'] or 'ISA unknown'}"
+        + (f", caches {cache}" if caches else "")
+        + f"; jax {m['jax']} on {m['backend']}"
     )

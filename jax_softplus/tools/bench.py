@@ -45,6 +45,7 @@ from jax_softplus.tools._common import (
     DTYPES,
     cpu_count,
     machine,
+    machine_line,
     naive_backward,
     parse_dtype,
     print_rows,
@@ -456,6 +457,59 @@ def markdown_table(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+_SUMMARY_MODES = (
+    ("user jit donated", "your jit, donated"),
+    ("user jit fresh", "your jit, fresh"),
+    ("donated", "library's, in place"),
+    ("fresh", "library's, fresh"),
+)
+
+
+def summary_markdown(rows) -> str:
+    """jax_softplus's time over the naive formula in the same mode, a row
+    per mode and size, a column per dtype and beta (the docs' lead table)."""
+    ours = [r for r in rows if r.method == "jax_softplus" and r.vs_naive is not None]
+    cols = list(dict.fromkeys((r.dtype, r.beta) for r in ours))
+    out = ["| mode | size | " + " | ".join(f"{d} {b:g}" for d, b in cols) + " |"]
+    out.append("|---|---:|" + "---:|" * len(cols))
+    for mode, label in _SUMMARY_MODES:
+        for n in dict.fromkeys(r.size for r in ours if r.mode == mode):
+            cells = {(r.dtype, r.beta): r.vs_naive for r in ours
+                     if r.mode == mode and r.size == n}  # fmt: skip
+            txt = [f"{cells[c]:.2f}" if c in cells else "" for c in cols]
+            out.append(f"| {label} | {format_size(n)} | " + " | ".join(txt) + " |")
+    fwd = [
+        r for r in rows if r.method == "jax_softplus" and r.mode.startswith("fwd+bwd")
+    ]
+    if fwd:
+        cols = list(dict.fromkeys((r.dtype, r.size) for r in fwd))
+        heads = " | ".join(f"{d} {format_size(n)}" for d, n in cols)
+        out += ["", f"| fwd+bwd, over `jax.nn.softplus` autodiff | {heads} |"]
+        out.append("|---|" + "---:|" * len(cols))
+        for mode in dict.fromkeys(r.mode for r in fwd):
+            cells = {(r.dtype, r.size): r.ratio for r in fwd if r.mode == mode}
+            txt = [f"{cells[c]:.2f}" if c in cells else "" for c in cols]
+            out.append(f"| {mode} | " + " | ".join(txt) + " |")
+    return "\n".join(out) + "\n"
+
+
+def write_tables(directory, rows, m=None):
+    """The docs' tables: bench-summary.md (the lead table), bench.md (every
+    row) and bench.json, each naming the machine."""
+    os.makedirs(directory, exist_ok=True)
+    m = m or machine()
+    where = f"Measured on {machine_line(m, caches=True)}."
+    with open(os.path.join(directory, "bench-summary.md"), "w") as f:
+        head = "jax_softplus's time over the naive formula in the same mode"
+        cols = "columns: dtype and beta"
+        f.write(f"{where} {head} (below 1: faster); {cols}.\n\n")
+        f.write(summary_markdown(rows))
+    with open(os.path.join(directory, "bench.md"), "w") as f:
+        f.write(f"{where}\n\n{markdown_table(rows)}\n{legend(rows)}\n")
+    with open(os.path.join(directory, "bench.json"), "w") as f:
+        json.dump({"machine": m, "rows": [asdict(r) for r in rows]}, f, indent=1)
+
+
 def plot(rows, path):
     """Ratios to the floor per method (16M-ish, by dtype and mode) and the
     scaling curve, side by side."""
@@ -543,6 +597,11 @@ def main(argv=None):
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a plot of the ratios")
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    p.add_argument(
+        "--tables",
+        metavar="DIR",
+        help="write the docs' tables (bench-summary.md, bench.md, bench.json)",
+    )
     args = p.parse_args(argv)
 
     try:
@@ -617,6 +676,8 @@ def main(argv=None):
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown_table(rows))
+    if args.tables:
+        write_tables(args.tables, rows)
     return rows
 
 
