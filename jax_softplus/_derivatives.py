@@ -3,15 +3,17 @@
 Every derivative of `softplus_backward` (dd * s(beta * src), s the sigmoid)
 and of `softplus` in any of their arguments is a sum of two families:
 
-* `sigmoid_derivative(n, i, j, ...)` = dd * src**i * beta**j * s^(n)(t),
-  t = beta * src. Its derivatives are again of the family
-  (d/dsrc = i * [n, i-1, j] + [n+1, i, j+1], d/dbeta = j * [n, i, j-1] +
+* `combination(terms, ...)` = dd * sum c src**i beta**j s^(n)(t) over
+  static terms (c, n, i, j), t = beta * src (`sigmoid_derivative` is one
+  term). Its derivatives are combinations again (d/dsrc [n, i, j] =
+  i [n, i-1, j] + [n+1, i, j+1], d/dbeta [n, i, j] = j [n, i, j-1] +
   [n+1, i+1, j]), so a JVP rule written in the family is closed under
   differentiation, forward or reverse, to any order.
 * `dsoftplus_dbeta(k, ...)` = d^k softplus / d beta^k, from
   beta D_k + k D_(k-1) = x**k s^(k-1)(t) (differentiate beta softplus =
-  log(1 + e^t) k times). D_1 has its own cancellation-free form; d/dx D_k
-  is x**k s^(k)(t), d/dbeta D_k is D_(k+1).
+  log(1 + e^t) k times): a combination plus a multiple of D_1, which has
+  its own cancellation-free form; d/dx D_k is x**k s^(k)(t), d/dbeta D_k
+  is D_(k+1).
 
 So JAX never differentiates the inside of an evaluation (its exponent
 bookkeeping, the kernels' branches, the rearrangements that avoid
@@ -20,12 +22,14 @@ of the two families evaluated from primal values, times a tangent.
 
 Each value is evaluated in the compute dtype (beta's: float32 for
 bfloat16/float16 data) with its power-of-two exponent carried apart from
-its significand: the factors dd, src**i and beta**j enter the kernel as a
-significand in [2**-10, 4) lifted by a power of two chosen from t, so that
-the kernel's result is normal wherever the exact one is, and the exponent
-is applied at the end. Nothing overflows or flushes early, whatever the
-order of the factors' sizes (a diff_dst of 3e38 times a tiny slope, a beta
-of 1e-5 whose x**4 is huge).
+its significand: the factors' significands enter the kernel lifted by a
+power of two chosen from t, so that the kernel's result is normal wherever
+the exact one is; each term is kept as (significand, exponent) and the
+terms are summed aligned to the largest exponent, the exponent applied at
+the end (XLA:CPU flushes subnormals, so a term may not pass through one).
+Nothing overflows or flushes early, whatever the order of the factors'
+sizes (a diff_dst of 3e38 times a tiny slope, a beta of 1e-5 whose x**4 is
+huge).
 """
 
 from __future__ import annotations

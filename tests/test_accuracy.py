@@ -147,6 +147,7 @@ def test_a_base_install_runs_what_it_can_and_says_what_it_skipped(monkeypatch, c
 
 def test_the_plot_is_drawn_at_a_beta_the_run_measured(monkeypatch, capsys):
     drawn = []
+    monkeypatch.setattr(accuracy, "require", lambda *a: None)  # no matplotlib needed
     monkeypatch.setattr(accuracy, "measure", lambda **kw: [])
     monkeypatch.setattr(accuracy, "plot", lambda path, beta: drawn.append(beta))
     accuracy.main(

@@ -31,7 +31,7 @@ from jax_softplus._softplus import MECHANISM
 from jax_softplus.tools import derivatives, references
 
 SETTINGS = settings(
-    max_examples=3,
+    max_examples=2,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
@@ -81,7 +81,7 @@ THIRD_AND_FOURTH = {
 # Inputs ------------------------------------------------------------------
 
 
-def _inputs(seed, log_beta, negative, dtype, n=48):
+def _inputs(seed, log_beta, negative, dtype, n=32):
     rng = np.random.default_rng(seed)
     b = dtype(-(10.0**log_beta) if negative else 10.0**log_beta)
     span = 180.0 if dtype == np.float32 else 740.0
@@ -123,7 +123,7 @@ def _measure(route, names, dtype, drawn):
     )
     for name in names:
         ref, scale = refs[name]
-        if route in ("hessian", "jacfwd_jacrev"):
+        if route == "hessian":
             # Every entry of a column comes from one JVP: where another
             # entry's exact value overflows, inf times a zero tangent is NaN
             # here (as for any function); those elements are left out.
@@ -171,8 +171,9 @@ _FIRST = tuple(n for n, (_, pqr) in FIRST_AND_SECOND.items() if sum(pqr) == 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=("float32", "float64"))
+# jax.hessian is jacfwd(jacrev): one route for both.
 @pytest.mark.parametrize(
-    "route", ("grad", "jvp", "jvp_of_grad", "grad_of_jvp", "hessian", "jacfwd_jacrev")
+    "route", ("grad", "jvp", "jvp_of_grad", "grad_of_jvp", "hessian")
 )
 @SETTINGS
 @given(drawn=_DRAWN)
@@ -280,7 +281,7 @@ def test_third_and_fourth_order_in_a_small_beta(order, beta):
     f = functools.partial(softplus, F32(1))
     for _ in range(order):
         f = jax.grad(f)
-    got = float(f(F32(beta)))
+    got = float(jax.jit(f)(F32(beta)))
     exact = _mp(_mp_softplus_b(order), 1, F32(beta))
     assert np.isfinite(got) and abs(got / exact - 1) < 1e-5, (got, exact)
 
@@ -319,10 +320,11 @@ def test_check_grads_to_order_4_at_extreme_betas(x64, beta):
     def g(u, v):
         return beta * softplus(u / beta, beta * v)
 
-    # Reverse mode to order 4 at one point, forward mode at another (both
-    # modes at every level would be 2**4 chains per point).
-    points = [("rev", -3.0, 1.0), ("fwd", 4.0, -1.0)]
-    for mode, u, v in points if MECHANISM == "hiprim" else points[:1]:
-        jax.test_util.check_grads(
-            g, (jnp.float64(u), jnp.float64(v)), order=4, modes=(mode,)
-        )
+    # One mode per beta, reverse at the small one and forward at the large
+    # (both modes at every level would be 2**4 chains); JAX 0.8's softplus
+    # has reverse mode only.
+    mode = "fwd" if beta > 1 and MECHANISM == "hiprim" else "rev"
+    u, v = (-3.0, 1.0) if beta < 1 else (4.0, -1.0)
+    jax.test_util.check_grads(
+        g, (jnp.float64(u), jnp.float64(v)), order=4, modes=(mode,)
+    )
