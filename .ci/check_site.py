@@ -2,7 +2,7 @@
 
     python .ci/check_site.py SITE SHOTS
 
-For the API, accuracy and benchmarks pages: no page asks for anything
+For the API, accuracy, benchmarks and primitive pages: no page asks for anything
 off the machine (no http(s) URL in a script, stylesheet, image or font
 reference), Chromium renders each from file:// inside a network namespace
 with no interfaces but loopback (`unshare -n`), the rendered DOM shows no
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 site, shots = Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve()
-PAGES = ("api.html", "accuracy.html", "benchmarks.html")
+PAGES = ("api.html", "accuracy.html", "benchmarks.html", "primitive.html")
 browser = next(
     (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)),
     None,

@@ -108,3 +108,12 @@ def test_the_tables_name_their_machine():
     assert machine["cpu"] and machine["jax"]
     for name in ("accuracy.md", "derivatives.md"):
         assert "Measured on " in (ROOT / "docs" / "tables" / name).read_text()
+
+
+def test_the_docs_are_plain_text():
+    # A backspace once stood where "\beta" was meant (a Python string's
+    # escape): the page still built, with wrong math.
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = path.read_text()
+        bad = sorted({c for c in text if ord(c) < 32 and c != "\n"})
+        assert not bad, f"{path.relative_to(ROOT)} has control characters {bad}"
