@@ -299,20 +299,6 @@ def _derivative_inputs(n, log_range, dtype, dd_range, rng):
         yield (t / np.float64(b)).astype(dtype), b, dd.astype(dtype)
 
 
-def _errors(got, ref, scale, dtype, order):
-    """Per element where the exact value is normal: ulps of max(|exact|,
-    scale) (orders 1-2) or the error relative to it (3-4); NaN -> inf."""
-    info = np.finfo(dtype)
-    hi, lo = ref.real, ref.imag
-    normal = np.isfinite(hi) & (np.abs(hi) >= info.tiny) & (np.abs(hi) <= info.max)
-    size = np.maximum(np.abs(hi), scale)[normal]
-    unit = np.ldexp(1.0, np.frexp(size)[1] - 1 - info.nmant) if order <= 2 else size
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs((np.asarray(got, np.float64)[normal] - hi[normal]) - lo[normal])
-        err = diff / unit
-    return np.where(np.isnan(err), np.inf, err)
-
-
 def measure_derivatives(
     n=2000,
     n64=200,
@@ -377,13 +363,17 @@ def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
             for impl, fn in impls.items():
                 got = fn(*args)
                 for q, _, pqr in names:
-                    e = _errors(got[q], *refs[q], dtype, sum(pqr))
+                    e = references.derivative_error(
+                        got[q], *refs[q], dtype, sum(pqr) > 2
+                    )
                     errs.setdefault((q, impl), []).append(e)
             if torch is not None:
                 for q, f, pqr in names:
                     got = _torch_derivative(torch, f, pqr, x, b, dd, dtype)
                     if got is not None:
-                        e = _errors(got, *refs[q], dtype, sum(pqr))
+                        e = references.derivative_error(
+                            got, *refs[q], dtype, sum(pqr) > 2
+                        )
                         errs.setdefault((q, "PyTorch autograd"), []).append(e)
     out = []
     for (q, impl), parts in errs.items():

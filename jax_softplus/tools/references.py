@@ -223,3 +223,30 @@ def mp_derivative(fun, pqr, x, b, dd=1):
     with mpmath.workdps(60):
         x, b, dd = (mpmath.mpf(float(v)) for v in (x, b, dd))
         return _mp_derivative(fun, pqr, x, b, dd, _mp_sigmoid_derivatives(b * x, 5))
+
+
+def normal_exact(ref, dtype) -> np.ndarray:
+    """Where an exact value (float64, or hi + 1j * lo) is normal in `dtype`."""
+    info = np.finfo(dtype)
+    hi = np.real(ref)
+    return np.isfinite(hi) & (np.abs(hi) >= info.tiny) & (np.abs(hi) <= info.max)
+
+
+def derivative_error(got, ref, scale, dtype, relative=False) -> np.ndarray:
+    """|got - exact| per element where the exact value is normal, in ulps of
+    `dtype` at max(|exact|, scale), or relative to it; NaN counts as inf.
+
+    `ref` is hi + 1j * lo (`exact_derivatives`), so that a float64 result is
+    compared with the exact value rather than its rounding; `scale` is the
+    sum of the terms' magnitudes, which exceeds |exact| only near a zero of
+    the derivative's own.
+    """
+    info = np.finfo(dtype)
+    hi, lo = np.real(ref), np.imag(ref)
+    normal = normal_exact(ref, dtype)
+    size = np.maximum(np.abs(hi), scale)[normal]
+    unit = size if relative else np.ldexp(1.0, np.frexp(size)[1] - 1 - info.nmant)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs((np.asarray(got, np.float64)[normal] - hi[normal]) - lo[normal])
+        err = diff / unit
+    return np.where(np.isnan(err), np.inf, err)
