@@ -117,3 +117,20 @@ def test_the_docs_are_plain_text():
         text = path.read_text()
         bad = sorted({c for c in text if ord(c) < 32 and c != "\n"})
         assert not bad, f"{path.relative_to(ROOT)} has control characters {bad}"
+
+
+def test_the_tables_measure_every_derivative_in_both_dtypes_and_beta_ranges():
+    from jax_softplus.tools import accuracy
+
+    cells = {
+        (r["quantity"], r["dtype"], r["betas"])
+        for r in TABLES["derivatives"]
+        if r["impl"] == OURS and r["count"] > 0
+    }
+    want = {
+        (d[0], dt, b)
+        for d in accuracy.DERIVATIVES
+        for dt in ("f32", "f64")
+        for b in accuracy.BETA_RANGES
+    }
+    assert want <= cells, sorted(want - cells)[:5]

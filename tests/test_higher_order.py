@@ -175,13 +175,8 @@ def test_first_and_second_derivatives_within_their_bounds(x64, route, dtype, dra
 
 @pytest.mark.parametrize(
     "route, dtype",
-    [
-        ("grad", np.float32),
-        ("grad", np.float64),
-        ("jvp", np.float64),
-        ("jvp_of_grad", np.float32),
-    ],
-    ids=("grad-float32", "grad-float64", "jvp-float64", "jvp_of_grad-float32"),
+    [("grad", np.float32), ("jvp", np.float64), ("jvp_of_grad", np.float32)],
+    ids=("grad-float32", "jvp-float64", "jvp_of_grad-float32"),
 )
 @settings(SETTINGS, max_examples=3)
 @given(drawn=_DRAWN)

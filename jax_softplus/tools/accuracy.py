@@ -269,6 +269,8 @@ def _torch_derivative(torch, fun, pqr, x, b, dd, dtype):
     y = torch.nn.functional.softplus(xs, beta=float(b))
     order = p + (1 if fun == "backward" else 0)  # backward = dd * d/dx
     for _ in range(order):
+        if not y.requires_grad:  # every element past its linear threshold
+            return np.zeros(len(x)) * np.asarray(dd, np.float64)
         (y,) = torch.autograd.grad(y.sum(), xs, create_graph=True)
     out = y.detach().numpy().astype(np.float64)
     return out * np.asarray(dd, np.float64) if fun == "backward" else out
