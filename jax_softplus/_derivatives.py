@@ -43,6 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
+from jax.interpreters import ad
 
 from jax_softplus import _math
 from jax_softplus._primitive import bind
@@ -96,6 +98,7 @@ def _bernoulli(count):
     return out
 
 
+@functools.cache
 def _tanh_series(terms):
     """Coefficients of tanh(y) = sum c_n y**(2n-1), n = 1..terms."""
     b = _bernoulli(2 * terms + 1)
@@ -107,11 +110,9 @@ def _tanh_series(terms):
 
 # Below |t| = 1.4 tanh(t/2) from its series, to well below an ulp: XLA's
 # tanh and expm1 reach 3.8 and 4.8 ulp in float32 there (and tanh 6 ulp in
-# float64 near |t| = 37).
-_TANH_SERIES = {
-    np.dtype(np.float32): _tanh_series(10),
-    np.dtype(np.float64): _tanh_series(22),
-}
+# float64 near |t| = 37). Terms per dtype; the coefficients are computed on
+# first use, not at import.
+_TANH_TERMS = {np.dtype(np.float32): 10, np.dtype(np.float64): 22}
 
 
 def _tanh_half(t, a, e):
@@ -119,7 +120,7 @@ def _tanh_half(t, a, e):
     float64 (the series below a = 1.4, sign(t) (1 - e) / (1 + e) above)."""
     y = t * 0.5
     y2 = y * y
-    series = y * _horner(_TANH_SERIES[np.dtype(t.dtype)], y2)
+    series = y * _horner(_tanh_series(_TANH_TERMS[np.dtype(t.dtype)]), y2)
     return jnp.where(a < 1.4, series, jnp.sign(t) * (1 - e) / (1 + e))
 
 
@@ -291,7 +292,7 @@ def _tangent_terms(evaluate, terms, cdt, src_dot, beta_dot):
     """The src and beta terms of d(terms), `evaluate(terms)` at the primals."""
     out = []
     for wrt, dot in enumerate((src_dot, beta_dot)):
-        if not _is_zero(dot):
+        if not is_zero(dot):
             derivative = _derivative(terms, wrt)
             if derivative:
                 out.append(evaluate(derivative) * dot.astype(cdt))
@@ -302,8 +303,10 @@ def _total(out, terms):
     return sum(terms[1:], terms[0]) if terms else jnp.zeros_like(out)
 
 
-def _is_zero(t):
-    return type(t) is jax.custom_derivatives.SymbolicZero
+def is_zero(t):
+    """A symbolic zero tangent: custom_jvp's SymbolicZero, or ad's Zero
+    (which hijax rules receive)."""
+    return isinstance(t, (SymbolicZero, ad.Zero))
 
 
 @partial(_combination.defjvp, symbolic_zeros=True)
@@ -328,7 +331,7 @@ def _combination_scaled_jvp(terms, hints, primals, tangents):
 
     out = evaluate(terms)
     extra = _tangent_terms(evaluate, terms, beta.dtype, src_dot, beta_dot)
-    if not _is_zero(dd_dot):
+    if not is_zero(dd_dot):
         unit = _combination(terms, hints, src, beta)
         extra.append(unit * dd_dot.astype(unit.dtype))
     return out, _total(out, extra)
@@ -421,9 +424,9 @@ def _dsoftplus_dbeta_jvp(k, hints, primals, tangents):
     x_dot, beta_dot = tangents
     out = dsoftplus_dbeta(k, hints, x, beta)
     terms = []
-    if not _is_zero(x_dot):
+    if not is_zero(x_dot):
         slope = sigmoid_derivative(k, k, 0, hints, x, beta)
         terms.append(slope * x_dot.astype(beta.dtype))
-    if not _is_zero(beta_dot):
+    if not is_zero(beta_dot):
         terms.append(dsoftplus_dbeta(k + 1, hints, x, beta) * beta_dot)
     return out, _total(out, terms)

@@ -153,3 +153,23 @@ def test_float64_against_mpmath(x64, quantity, beta):
     bound = VALUE_BOUND if quantity in ("softplus", "softplus_backward") else BOUND
     err = ulp_error(got, ref, jnp.float64)
     assert err.max() <= bound, (float(err.max()), float(t[np.argmax(err)]))
+
+
+def test_float64_backward_deep_tail_with_a_huge_diff_dst(x64):
+    # Below t = -700 exp(-|t|) leaves float64's normal range while
+    # dd * sigmoid(t) need not: formed as dd exp(-r) 2**-k, within 1.5 ulp
+    # (two half-exponent products read 3 ulp here).
+    rng = np.random.default_rng(4)
+    t = rng.uniform(-1000.0, -700.0, 1000)
+    # A dd that lifts the product to about 2**-5, up to float64's maximum.
+    lift = np.minimum((-t * 1.4427).astype(int) - 5, 1020)
+    dd = np.ldexp(rng.uniform(0.5, 1.0, 1000), lift)
+    got = np.asarray(softplus_backward(jnp.asarray(t), jnp.asarray(dd), 1.0))
+    ref = np.array(
+        [
+            float(mpmath.mpf(d) * _mp_sig(mpmath.mpf(v)))
+            for d, v in zip(dd, t, strict=True)
+        ]
+    )
+    err = ulp_error(got, ref, jnp.float64)
+    assert err.size > 900 and err.max() <= 2.0, float(err.max())
