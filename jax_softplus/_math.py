@@ -35,6 +35,9 @@ the loop into several fusions.
 
 from __future__ import annotations
 
+import functools
+from platform import machine as _host_machine
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -117,11 +120,52 @@ def _product_error(beta, x, t):
     return ((bh * xh - t) + bh * xl + bl * xh) + bl * xl
 
 
-def _expm1_poly(r):
+def _fused_product_error(beta, x, t):
+    """The rounding error `beta * x - t` of `t = fl(beta * x)`, in two FMAs
+    where the compiler contracts `a * b - c` into one.
+
+    XLA:CPU always allows that contraction ("it increases precision"), but
+    LLVM contracts only a multiply with one use, after merging equal
+    multiplies: `beta * x - t` would share `t`'s own multiply (or a user's
+    `beta * x` beside it) and give 0. So beta = bh + bl with bh a 12-bit
+    value that is never beta itself (beta * (1 - 2**-12) cut to 12 bits, even
+    where beta has 12 bits or fewer and a constant beta's split is folded),
+    and bl = beta - bh exact and nonzero: bh * x - t + bl * x, one rounding
+    in each FMA, within 2**-36 |t| of the exact error (the correction only
+    needs 2**-30). bl is subnormal (read as 0 by the CPU) below |beta| =
+    2**-114: there, from |beta| < 2**-100, bh = beta and bl = 0, and the
+    first FMA is exact; the select keeps bh a value of its own for a traced
+    beta, and a constant beta that small takes `_product_error`
+    (`BetaHints.beta_tiny`). Only for targets with FMA (`fma_contracts`).
+    """
+    tiny = lax.abs(beta) < _F32(2.0**-100)
+    hi, _ = _split(beta * _F32(1 - 2.0**-12))
+    bh = lax.select(tiny, beta, hi)
+    bl = lax.select(tiny, lax.full_like(beta, 0), beta - hi)
+    return (bh * x - t) + bl * x
+
+
+@functools.cache
+def fma_contracts() -> bool:
+    """Whether XLA:CPU's code for this host has FMAs to contract
+    `a * b - c` into (x86-64 with FMA3, or AArch64, where FMA is part of
+    the base ISA). Read from NumPy's runtime CPU dispatch table."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__ as features
+    machine = _host_machine().lower()
+    if machine in ("x86_64", "amd64"):
+        return bool(features.get("FMA3"))
+    return machine in ("arm64", "aarch64")
+
+
+def _expm1_q(r):
+    """q(r) of expm1(r) = r + r**2 q(r), by Horner's rule."""
     q = _EXPM1_Q[0]
     for c in _EXPM1_Q[1:]:
         q = q * r + c
-    return r * r * q
+    return q
 
 
 def _nearest_k(z):
@@ -153,14 +197,16 @@ def _exp_reduce(z, zl):
     rh = z - kf * _LN2_HI  # exact: _LN2_HI has 9 bits, |k| < 2**15
     # The two small terms are summed first: |w| < 0.06, so that rounding is
     # below 2**-28, and zl == 0 gives the same bits as zl = None (eager and
-    # jitted calls may take different branches). rc is r's rounding error
-    # (Fast2Sum; where |rh| < |w|, r is below 0.12 and its error 2**-28).
+    # jitted calls may take different branches).
     w = kf * _LN2_LO
     if zl is not None:
         w = w - zl
+    # expm1(rh - w) = rh + (r**2 q(r) - w): rh is exact and |w| < 0.06, so
+    # the rounded r = rh - w serves only as the polynomial's argument and the
+    # sum has one rounding of p's size (what a Fast2Sum of r would give, in
+    # two operations fewer).
     r = rh - w
-    rc = (rh - r) - w
-    p = r + (_expm1_poly(r) + rc)
+    p = rh + (_expm1_q(r) * (r * r) - w)
     return k, kf, p
 
 
@@ -247,26 +293,31 @@ def _scaled(dd, d, y_scale, ftz):
     return (dd * y_scale) / d if ftz else (dd / d) * y_scale
 
 
-def sigmoid_times_f32(src, dd, beta, *, compensate, balance=True, ftz=False):
+def sigmoid_times_f32(
+    src, dd, beta, *, compensate, balance=True, ftz=False, fused=False
+):
     """dd * sigmoid(beta * src) for float32 data, about 2 ulp at worst.
 
     `compensate` adds the error-free product, needed unless beta * src is
     known to be exact; `balance` rebalances it (`_balance`), needed unless
     |beta| is known to be in [2**-64, 2**64]. `ftz`: the platform flushes
-    subnormal results (`_scaled`).
+    subnormal results (`_scaled`). `fused`: the compiler contracts
+    multiply-subtracts into FMAs (`_fused_product_error`, which needs no
+    rebalancing); the same bits but for rare last bits of the correction.
     """
     # -t = (-beta) * src exactly, with -beta formed once: the negation
     # costs nothing per element. exp(-t) = exp(z + zl).
     nbeta, x = -beta, src
-    if compensate and balance:
+    if compensate and balance and not fused:
         nbeta, x, _ = _balance(nbeta, x)
     z = nbeta * x
     zc = lax.clamp(-_ZMAX, z, _ZDEEP)
     zl = None
     if compensate:
-        # Where z is clamped (or inf or NaN) the correction is moot and the
-        # split may overflow: dropped there, with one compare.
-        zl = lax.select(zc == z, _product_error(nbeta, x, z), lax.full_like(z, 0))
+        # Where z is clamped (or inf or NaN) the correction is moot and may
+        # be NaN or overflow: dropped there, with one compare.
+        error = _fused_product_error if fused else _product_error
+        zl = lax.select(zc == z, error(nbeta, x, z), lax.full_like(z, 0))
     k, kf, p = _exp_reduce(zc, zl)
     k, dd = _deep_tail(k, kf, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k - 1, 0, 126) scales D into range.
@@ -686,6 +737,7 @@ def backward_kernel(src, dd, beta, hints, *, platform=None):
             compensate=not hints.beta_exact,
             balance=not hints.beta_moderate,
             ftz=cpu,
+            fused=cpu and fma_contracts() and not hints.beta_tiny,
         )
         return fusion_fence(out, dd) if cpu else out
     if dtype == np.float16:

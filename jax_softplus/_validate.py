@@ -234,6 +234,9 @@ class BetaHints(NamedTuple):
     beta_exact: bool = False
     # |beta| is in [2**-64, 2**64] (or 0): no rebalancing of beta and x.
     beta_moderate: bool = False
+    # 0 < |beta| < 2**-100: the fused error-free product would fold its
+    # split of a constant beta back into beta (`_math._fused_product_error`).
+    beta_tiny: bool = False
 
 
 def check_beta(
@@ -337,4 +340,5 @@ def _concrete_beta(concrete, shown, cdtype, forward):
     mantissa = np.frexp(checked)[0]
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
     moderate = concrete == 0.0 or 2.0**-64 <= abs(concrete) <= 2.0**64
-    return checked, BetaHints(exact, bool(moderate))
+    tiny = 0.0 < abs(concrete) < 2.0**-100
+    return checked, BetaHints(exact, bool(moderate), tiny)

@@ -14,10 +14,12 @@ from helpers import (
     max_ulp,
     random_dd,
     random_src,
+    seed_of,
 )
 
 from jax_softplus import (
     _dispatch,
+    _math,
     _validate,
     softplus_backward,
     softplus_backward_inplace,
@@ -172,16 +174,18 @@ def test_eager_calls_take_the_static_shortcuts():
     # beta stays a traced argument of the library's own jits, but for an
     # eager call a power of two compiles without the error-free product (its
     # 0xfffff000 split mask), and a moderate beta without the rebalancing
-    # (its 2**64 constant).
+    # (its 2**64 constant). Where the CPU has FMAs the product needs no
+    # rebalancing but for a concrete |beta| < 2**-100 (`BetaHints.beta_tiny`).
     x = jnp.ones(256)
-    exact, inexact, extreme = (
+    exact, inexact, huge, tiny = (
         _dispatch.backward.lower(
             x, x, 1.0, hints=_validate.check_beta(b, x.dtype, forward=False)[1]
         ).as_text()
-        for b in (1.0, 1.7, 3e38)
+        for b in (1.0, 1.7, 3e38, 1e-35)
     )
     assert "-4096" in inexact and "-4096" not in exact
-    assert "1.84467441E+19" in extreme and "1.84467441E+19" not in inexact
+    assert "1.84467441E+19" in tiny and "1.84467441E+19" not in inexact
+    assert ("1.84467441E+19" in huge) != _math.fma_contracts()
 
 
 @pytest.mark.parametrize("beta", [1.0, 2.0, 1.7])
@@ -192,7 +196,8 @@ def test_a_lowered_inplace_op_serves_every_beta(beta):
     # another beta (it was ~120 ulp off with hints from the lowering beta).
     x = jnp.linspace(-30.0, 30.0, 4096, dtype=jnp.float32)
     text = softplus_backward_inplace.lower(x, x, beta).as_text()
-    assert "-4096" in text and "1.84467441E+19" in text
+    assert "-4096" in text
+    assert ("1.84467441E+19" in text) != _math.fma_contracts()
     compiled = softplus_backward_inplace.lower(x, jnp.ones_like(x), beta).compile()
     tiny = np.finfo(np.float32).tiny
     for other in (1.7, 3e38, -2.5, 2.0**-70):
@@ -256,3 +261,21 @@ def test_extreme_beta(dtype, beta):
     got = softplus_backward(src, dd, beta)
     err = max_ulp(got, backward_ref(src, dd, beta), dtype)
     assert err <= ULP_BOUND[np.dtype(dtype)], err
+
+
+@pytest.mark.parametrize("beta", (2.5, -1.5, 1.7, 0.1, 3e38, 1e-35, -3e-33))
+def test_the_correction_survives_a_constant_beta_in_a_users_jit(beta):
+    # Without the error-free product's correction, t = beta * src rounded
+    # costs |t| / 2 ulp: 40 to 85 ulp here. On CPUs with FMAs the correction
+    # is two contracted multiply-adds, which LLVM would merge away if their
+    # multiply were equal to another one: a constant beta with few bits
+    # (2.5, 1.5) once made it t's own multiply, and a constant |beta| below
+    # 2**-100 would (`BetaHints.beta_tiny`). Traced and constant betas alike.
+    rng = np.random.default_rng(seed_of("constant beta", beta))
+    src = random_src(rng, 1 << 14, beta, jnp.float32, (-170.0, -80.0))
+    dd = jnp.asarray(2.0 ** rng.uniform(100, 127, 1 << 14), jnp.float32)
+    ref = backward_ref(src, dd, beta)
+    constant = jax.jit(lambda s, d: softplus_backward(s, d, beta))(src, dd)
+    traced = jax.jit(softplus_backward)(src, dd, jnp.float32(beta))
+    for got in (constant, traced, softplus_backward(src, dd, beta)):
+        assert max_ulp(got, ref, jnp.float32) <= ULP_BOUND[np.dtype(jnp.float32)]

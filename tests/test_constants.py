@@ -37,7 +37,7 @@ def test_expm1_polynomial_is_within_2_to_the_minus_26_7():
     r = _grid(-HALF_LN2, HALF_LN2)
     q = _math._EXPM1_Q[0]
     for c in _math._EXPM1_Q[1:]:
-        q = q * r + c  # float32, as _math._expm1_poly
+        q = q * r + c  # float32, as _math._expm1_q
     got = r.astype(np.float64) + (r * r * q).astype(np.float64)
     exact = _exact(mpmath.expm1, r)
     err = np.max(np.abs(got - exact) / np.exp(r.astype(np.float64)))
