@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 from platform import machine as _host_machine
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -233,15 +234,16 @@ def _balance(beta, x):
     return beta * s, x * lax.select(big, up, lax.select(small, down, one)), s
 
 
-def _product(beta, x, compensate, limit):
+def _product(beta, x, compensate, limit, fused=False):
     """t = fl(beta * x) and the correction zl with beta * x = t + zl.
 
     For an exact correction, |beta| must be in [2**-64, 2**64] (`_balance`).
+    `fused`: the correction from `_fused_product_error`.
     """
     t = beta * x
     if not compensate:
         return t, None
-    tl = _product_error(beta, x, t)
+    tl = (_fused_product_error if fused else _product_error)(beta, x, t)
     # Where |t| is clamped (at `limit`, or t is inf/NaN) the correction is
     # moot and the split may overflow; drop it there.
     return t, lax.select(lax.abs(t) < limit, tl, lax.full_like(tl, 0))
@@ -648,7 +650,7 @@ def _log1p_small(e_hi, e_lo):
     return ((f2 * f) * poly + small) + f + j * _LN2_HI_LOG
 
 
-def softplus_f32(x, beta, *, compensate, balance=True):
+def softplus_f32(x, beta, *, compensate, balance=True, fused=False):
     """(1/beta) log(1 + exp(beta x)) for float32 operands.
 
     With t = beta x and e = exp(-|t|): softplus = [t > 0] x + log1p(e) / beta,
@@ -657,11 +659,13 @@ def softplus_f32(x, beta, *, compensate, balance=True):
     (skipped when `balance` is False: |beta| known to be moderate); the
     tail e / beta (below t = -69) is formed as ((1 + p) / beta) * 2**k, the
     division first so that no intermediate leaves float32's range.
+    `fused` as for `sigmoid_times_f32`; the balanced beta is never below
+    2**-100, and a moderate one is never either.
     """
     x_in, unbalance = x, None
     if balance:
         beta, x, unbalance = _balance(beta, x)
-    t, tl = _product(beta, x, compensate, _ZFWD)
+    t, tl = _product(beta, x, compensate, _ZFWD, fused)
     pos = t > 0
     z = lax.max(-lax.abs(t), -_ZFWD)
     if tl is not None:
@@ -772,6 +776,15 @@ def softplus_kernel(x, beta, hints):
     balance = not hints.beta_moderate
     if x.dtype == np.float32:
         compensate = not hints.beta_exact
-        return softplus_f32(x, beta, compensate=compensate, balance=balance)
+        kernel = functools.partial(softplus_f32, compensate=compensate, balance=balance)
+        # This kernel is traced outside any lowering rule (it is not a
+        # primitive's): the platform is known when XLA lowers it, which is
+        # where `platform_dependent` picks its branch (no run-time cond). Not
+        # under `jax.disable_jit`, where each op runs alone and nothing is
+        # contracted.
+        if compensate and fma_contracts() and not jax.config.jax_disable_jit:
+            fused = functools.partial(kernel, fused=True)
+            return lax.platform_dependent(x, beta, cpu=fused, default=kernel)
+        return kernel(x, beta)
     y = softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
     return from_f32(y, x.dtype)

@@ -123,3 +123,18 @@ def test_extreme_beta(dtype, beta):
                 np.isinf(f64(got)), np.isinf(ref.astype(dtype))
             )
         assert max_ulp(got, ref, dtype) <= ULP_BOUND[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("beta", (2.5, -1.5, 1.7, 0.1, 3e38, 1e-35))
+def test_the_correction_survives_a_constant_beta_in_a_users_jit(beta):
+    # As for softplus_backward (tests/test_backward.py): where t = beta * x
+    # is rounded, log1p(exp(t)) is |t| / 2 ulp off without the error-free
+    # product's correction, whose FMAs (on CPUs that have them) must survive
+    # a constant beta with few bits folded into the user's computation.
+    rng = np.random.default_rng(17)
+    x = random_src(rng, 1 << 14, beta, jnp.float32, (-85.0, -20.0))
+    ref = softplus_ref(x, beta)
+    constant = jax.jit(lambda x: softplus(x, beta))(x)
+    traced = jax.jit(softplus)(x, jnp.float32(beta))
+    for got in (constant, traced, softplus(x, beta)):
+        assert max_ulp(got, ref, jnp.float32) <= ULP_BOUND[np.dtype(jnp.float32)]
