@@ -720,10 +720,12 @@ def fusion_fence(out, dd):
     kernel's output cut the kernel into nine loops with their intermediates
     in memory (`jnp.sum(softplus_backward(...))` at 16M float32 elements:
     198 ms, 36 ms with this fence, as for the op alone with a fresh output).
-    YNNPACK takes no `select`, and XLA cannot fold this one: where dd is
-    NaN, out is a NaN already.
+    YNNPACK takes no `select`, and XLA's HLO passes do not fold this one;
+    LLVM does (`dd > inf` is false for every dd, NaN included), so the loop
+    keeps no instruction of it (a compare and a masked store with the
+    earlier `dd != dd`: 3% of the 256-bit float32 loop).
     """
-    return lax.select(dd != dd, dd, out)
+    return lax.select(dd > lax.full_like(dd, np.inf), dd, out)
 
 
 def backward_kernel(src, dd, beta, hints, *, platform=None):

@@ -1,8 +1,9 @@
 """Roofline of the CPU loops: `python maintainers/roofline.py`.
 
 For each dtype, the loop that XLA:CPU compiles for the in-place op (as
-`softplus_backward_inplace.lower(...).compile()` builds it), for the naive
-formula under a plain `jax.jit`, and for a donated `a * b`:
+`softplus_backward_inplace.lower(...).compile()` builds it), for the op
+inside a user's plain `jax.jit` (donated), for the naive formula under a
+plain `jax.jit`, and for a donated `a * b`:
 
 - **instructions per iteration** and elements per iteration, read from the
   object code XLA dumps (`objdump -d`, x86-64);
@@ -46,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_softplus import softplus_backward_inplace
+from jax_softplus import softplus_backward, softplus_backward_inplace
 from jax_softplus.tools._common import (
     DTYPES,
     cpu_count,
@@ -323,6 +324,11 @@ class Row:
 
 _KERNELS = {
     "jax_softplus in place": softplus_backward_inplace,
+    # Where users call it: their own jit, XLA's default options (256-bit
+    # vectors on AVX-512 CPUs, where the library's jits take 512).
+    "jax_softplus, your jit": jax.jit(
+        lambda s, d, b: softplus_backward(s, d, b), donate_argnums=1
+    ),
     "naive XLA": jax.jit(naive_backward, donate_argnums=1),
     "a*b (floor)": jax.jit(lambda s, d, b: s * d, donate_argnums=1),
 }

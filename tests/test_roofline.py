@@ -77,6 +77,7 @@ def test_cli_prints_the_table(capsys, monkeypatch):
     assert "2.21-4.46 over 3 runs" in out and "warning: the clock moved by 50%" in out
     assert [r.kernel for r in rows] == [
         "jax_softplus in place",
+        "jax_softplus, your jit",
         "naive XLA",
         "a*b (floor)",
     ]
