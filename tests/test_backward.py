@@ -267,10 +267,11 @@ def test_extreme_beta(dtype, beta):
 def test_the_correction_survives_a_constant_beta_in_a_users_jit(beta):
     # Without the error-free product's correction, t = beta * src rounded
     # costs |t| / 2 ulp: 40 to 85 ulp here. On CPUs with FMAs the correction
-    # is two contracted multiply-adds, which LLVM would merge away if their
-    # multiply were equal to another one: a constant beta with few bits
-    # (2.5, 1.5) once made it t's own multiply, and a constant |beta| below
-    # 2**-100 would (`BetaHints.beta_tiny`). Traced and constant betas alike.
+    # is two contracted multiply-adds, which LLVM merges away where their
+    # multiply equals another one: a split of beta whose high part is beta
+    # itself (2.5 and 1.5 have under 12 bits) makes it t's own multiply, and
+    # so would a constant |beta| below 2**-100 (`BetaHints.beta_tiny`).
+    # Traced and constant betas alike.
     rng = np.random.default_rng(seed_of("constant beta", beta))
     src = random_src(rng, 1 << 14, beta, jnp.float32, (-170.0, -80.0))
     dd = jnp.asarray(2.0 ** rng.uniform(100, 127, 1 << 14), jnp.float32)
