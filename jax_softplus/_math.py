@@ -408,12 +408,13 @@ def sigmoid_times_f16(src, dd, beta):
     dd / (1 + exp(-t)), with exp(-t) capped at exp(88) so that inf * sigmoid(t)
     stays inf for finite t, and 0 below the normal range.
     """
-    # -t >= -104: exp(-104) is below float32's smallest subnormal (e**-103.3),
-    # so e rounds to 0 there anyway, and k stays above -151. -t <= 88:
+    # -t >= -_ZMAX: e >= exp(-87) is a normal float32 with k >= -126, so
+    # 2**k needs no clamp of its own, and e + 1 rounds to 1 from e < 2**-24
+    # on (below -t = -16.6) as it would for the exact e. -t <= 88:
     # exp(88) < float32's max (e**88.7), so e + 1 is finite and inf * sigmoid
     # stays inf; 65504 / exp(88) is far below float16's smallest subnormal.
-    k, _, q = _exp_reduce_half(lax.clamp(_F32(-104.0), -beta * src, _F32(88.0)))
-    e = q * _pow2(lax.max(k, _I32(-127)))
+    k, _, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _F32(88.0)))
+    e = q * _pow2(k)
     out = dd / (e + _F32(1))
     return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
 
