@@ -173,7 +173,7 @@ def _parts(terms, hints, src, beta, dd=None, factor=None):
         y = bind(src, md * _math.exp2_int(lift, cdt), beta, hints)
         bases[0] = _normalized(y, ed - lift)
     if any(n >= 1 for _, n, _, _ in terms):
-        bases[1] = _slope_base(hints, src, beta, md, ed, t, a)
+        bases[1] = _slope_base(hints, src, beta, md, ed, a)
     w = tau = None
     parts = []
     for c, n, i, j in terms:
@@ -199,7 +199,7 @@ def _lift(nats, dtype):
     return jnp.where(jnp.isnan(lift), 0, lift).astype(np.int32)
 
 
-def _slope_base(hints, src, beta, md, ed, t, a):
+def _slope_base(hints, src, beta, md, ed, a):
     """(v, k) with v 2**k = md 2**ed s(t) s(-t): two binds, the first
     lifted by -log2 of the result, so that it is normal wherever the exact
     value is. For |t| above 17 (37 in float64) one of the two factors is 1

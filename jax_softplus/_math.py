@@ -195,8 +195,8 @@ def _exp_reduce(z, zl, compensated=True):
 
     `zl` is a small correction (the product error, or None for an exact z).
     With k from `_nearest_k`, a degree-6 polynomial suffices for expm1(r).
-    `compensated`: p keeps the rounding error of the reduced argument (one
-    operation more). Returns (k as int32, k as float32, p) with p in
+    `compensated`: p keeps the rounding error of the reduced argument (two
+    operations more). Returns (k as int32, k as float32, p) with p in
     [-0.30, 0.42] up to rounding.
     """
     k, kf = _nearest_k(z)
