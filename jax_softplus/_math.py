@@ -9,10 +9,11 @@ Float32 layout of the backward kernel, for `diff_src = dd * sigmoid(t)` with
 `t = beta * src`:
 
 1. `t` and its rounding error `tl` (an error-free product, skipped when
-   `beta` is known to be a power of two, where the product is exact). On
-   CPUs with FMAs, two contracted FMAs (`_fused_product_error`); elsewhere
+   `beta` is known to be a power of two, where the product is exact):
    Dekker's product, its factors rebalanced by 2**64 unless |beta| is known
-   to be moderate, so that no half of the split is subnormal.
+   to be moderate, so that no half of the split is subnormal. On CPUs with
+   FMAs, no `tl`: step 2 takes the exact product in one FMA
+   (`_exp_reduce_fused`).
 2. `exp(-t) = 2**k * (1 + p)`, with a Cody-Waite reduction by `ln 2`,
    `k` the nearest integer to `-t / ln 2`, so that `1 + p` lies in
    [0.71, 1.41], and a degree-6 polynomial for `p = expm1(r)`; `tl` enters
@@ -136,9 +137,8 @@ def _fused_product_error(beta, x, t):
     below 2**-27.4 of exp(t) for |t| < 192, a tenth of an ulp). bl is
     subnormal (read as 0 by the CPU) below |beta| =
     2**-114: there, from |beta| < 2**-100, bh = beta and bl = 0, and the
-    first FMA is exact; the select keeps bh a value of its own for a traced
-    beta, and a constant beta that small takes `_product_error`
-    (`BetaHints.beta_tiny`). Only for targets with FMA (`fma_contracts`).
+    first FMA is exact (the forward op's balanced beta is never that small).
+    Only for targets with FMA (`fma_contracts`).
     """
     tiny = lax.abs(beta) < _F32(2.0**-100)
     hi, _ = _split(beta * _F32(1 - 2.0**-12))
@@ -222,6 +222,81 @@ def _exp_reduce(z, zl, compensated=True):
     return k, kf, rh + (_expm1_q(r) * (r * r) - w)
 
 
+# Where the fused kernel clamps z = -t (`_src_bounds`): below -_ZLOW the
+# sigmoid is 1 to rounding (from z = -17.4), and k = round(z / ln 2) >= -126
+# needs z >= -87.6; above _ZHIGH every result is below 2**-126 and flushed
+# (from z = 176.5), and k <= 278 (`_deep_tail`) needs z <= 193. Both bounds
+# may be off by the approximate reciprocal's 2**-16.
+_ZLOW = _F32(50.0)
+_ZHIGH = _F32(184.8)
+
+
+def _over(z, u):
+    """z / u for z in [17, 185] and float32 u > 0, within 2**-16, without a
+    division: XLA keeps a division of beta out of the loop's fusion. Above
+    the float32 range, the largest float32."""
+    bits = lax.bitcast_convert_type(u, _I32)
+    e = lax.shift_right_arithmetic(bits, _I32(23)) - _I32(127)
+    m = lax.bitcast_convert_type((bits & _I32(0x7FFFFF)) | _I32(0x3F800000), _F32)
+    y = _F32(24 / 17) - _F32(8 / 17) * m  # 1 / m within 1/17, m in [1, 2)
+    for _ in range(2):  # Newton: 2**-8.1, then 2**-16
+        y = y * (_F32(2) - m * y)
+    # z y 2**-e, exact but for rounding on overflow (2**-127 in two steps).
+    top = e > _I32(126)
+    half = lax.select(top, lax.full_like(u, 0.5), lax.full_like(u, 1.0))
+    q = (z * y * half) * exp2_int(-e, _F32)
+    return lax.min(q, lax.full_like(u, np.finfo(np.float32).max))
+
+
+def _src_bounds(nbeta, like):
+    """[lo, hi] of src, broadcast like `like`, with nbeta * src within
+    [-_ZLOW, _ZHIGH] (up to 2**-16) or beyond, where the kernel's result no
+    longer changes; for nbeta = 0, no bounds (0 * inf is NaN)."""
+    u = lax.abs(nbeta)
+    down, up = _over(_ZLOW, u), _over(_ZHIGH, u)
+    pos = nbeta > lax.full_like(nbeta, 0)
+    lo, hi = lax.select(pos, -down, -up), lax.select(pos, up, down)
+    inf = lax.full_like(nbeta, np.inf)
+    zero = nbeta == lax.full_like(nbeta, 0)
+    lo, hi = lax.select(zero, -inf, lo), lax.select(zero, inf, hi)
+    base = lax.full_like(like, 0)
+    return base + lo, base + hi
+
+
+def _exp_reduce_fused(nbeta, x):
+    """exp(z), z = nbeta * x exact, as `_exp_reduce` gives it (k, kf, p), on
+    targets that contract `a * b + c` into an FMA (`fma_contracts`).
+
+    The reduced argument r = z - k ln 2 comes from the exact product in one
+    FMA, so the product's rounding needs no operation of its own
+    (`_product_error` costs four, `_fused_product_error` three). For that
+    the FMA's multiply must have no other use, which LLVM would merge with
+    it: it multiplies src clamped (`_src_bounds`), which nothing else
+    computes; k comes from xc times nbeta log2(e); and k ln_hi is an FMA too
+    (`+ 0`, which IEEE arithmetic cannot drop), so that LLVM does not
+    contract that multiply instead. For |nbeta| > 2**126, where nbeta log2(e)
+    could overflow, the magic number rounds to halves and the k-scaled
+    constants are doubled. beta sits behind a barrier: XLA would fold the
+    product of a constant src and beta, with no FMA.
+    """
+    nbeta, zero = lax.optimization_barrier((nbeta, _F32(0)))
+    lo, hi = _src_bounds(nbeta, x)
+    xc = lax.select(x < lo, lo, x)
+    xc = lax.select(xc > hi, hi, xc)
+    half = lax.abs(nbeta) > _F32(2.0**126)
+    one = lax.full_like(nbeta, 1.0)
+    s = lax.select(half, lax.full_like(nbeta, 0.5), one)
+    per_s = lax.select(half, lax.full_like(nbeta, 2.0), one)  # 1 / s
+    magic = _MAGIC * s
+    v = xc * (nbeta * (_LOG2E * s)) + magic
+    ks = v - magic  # k * s, exact
+    c = ks * (-_LN2_HI * per_s) + zero
+    r = nbeta * xc + c
+    r = r - ks * (_LN2_LO * per_s)
+    deep = ks > _F32(253) * s
+    return lax.bitcast_convert_type(v, _I32), deep, r + _expm1_q(r) * (r * r)
+
+
 def _balance(beta, x):
     """(beta * s, x / s, s) with s = 2**-64, 1 or 2**64, so |beta * s| is in
     [2**-64, 2**64] for every normal beta. beta * x is unchanged.
@@ -280,7 +355,7 @@ def _sigmoid_is_zero(src, beta):
     return src == lax.full_like(beta, -np.inf) * lax.sign(beta)
 
 
-def _deep_tail(k, kf, src, dd, beta):
+def _deep_tail(k, deep, src, dd, beta):
     """Move 2**-25 of the scale into dd where k > 253 (t below -175.7).
 
     2**-k then needs three factors; dd * 2**-25 is exact unless dd is so
@@ -288,7 +363,6 @@ def _deep_tail(k, kf, src, dd, beta):
     is 0, so that inf * 0 is NaN. Returns the new (k, dd). The test is on
     the float k (`kf`), so that the integer is only shifted (`_nearest_k`).
     """
-    deep = kf > _F32(253)
     zero = lax.full_like(dd, 0)
     scale = lax.select(_sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-25))
     return lax.select(deep, k - _I32(25), k), lax.select(deep, dd * scale, dd)
@@ -315,28 +389,32 @@ def sigmoid_times_f32(
     known to be exact; `balance` rebalances it (`_balance`), needed unless
     |beta| is known to be in [2**-64, 2**64]. `ftz`: the platform flushes
     subnormal results (`_scaled`). `fused`: the compiler contracts
-    multiply-subtracts into FMAs (`_fused_product_error`, which needs no
-    rebalancing, and whose correction is within 2**-35 |t| of Dekker's exact
-    one).
+    multiply-adds into FMAs, and the reduced argument comes from the exact
+    product in one (`_exp_reduce_fused`, for any beta: `compensate` and
+    `balance` are then moot, and the bits those hints would skip are the
+    same).
     """
     # -t = (-beta) * src exactly, with -beta formed once: the negation
     # costs nothing per element. exp(-t) = exp(z + zl).
     nbeta, x = -beta, src
-    if compensate and balance and not fused:
-        nbeta, x, _ = _balance(nbeta, x)
-    z = nbeta * x
-    zc = lax.clamp(-_ZMAX, z, _ZDEEP)
-    zl = None
-    if compensate:
-        # Where z is clamped (or inf or NaN) the correction is moot and may
-        # be NaN or overflow: dropped there, with one compare.
-        error = _fused_product_error if fused else _product_error
-        zl = lax.select(zc == z, error(nbeta, x, z), lax.full_like(z, 0))
-    # The reduced argument uncompensated: two instructions (5% of the 256-bit
-    # loop) for tails' maxima of 1.9 ulp instead of 1.7; the core's maximum
-    # (1.96) is the denominator's.
-    k, kf, p = _exp_reduce(zc, zl, compensated=False)
-    k, dd = _deep_tail(k, kf, src, dd, beta)
+    if fused:
+        k, deep, p = _exp_reduce_fused(nbeta, x)
+    else:
+        if compensate and balance:
+            nbeta, x, _ = _balance(nbeta, x)
+        z = nbeta * x
+        zc = lax.clamp(-_ZMAX, z, _ZDEEP)
+        zl = None
+        if compensate:
+            # Where z is clamped (or inf or NaN) the correction is moot and
+            # may be NaN or overflow: dropped there, with one compare.
+            zl = lax.select(zc == z, _product_error(nbeta, x, z), lax.full_like(z, 0))
+        # The reduced argument uncompensated: two instructions (5% of the
+        # 256-bit loop) for tails' maxima of 1.9 ulp instead of 1.7; the
+        # core's maximum (1.96) is the denominator's.
+        k, kf, p = _exp_reduce(zc, zl, compensated=False)
+        deep = kf > _F32(253)
+    k, dd = _deep_tail(k, deep, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k - 1, 0, 126) scales D into range.
     x_bits, y_bits = _scale_bits(k)
     # D = x_scale + (y_scale + p * x_scale). For t < -1 (K > 0) x_scale is
@@ -393,7 +471,7 @@ def sigmoid_times_bf16(src, dd, beta, *, ftz=False):
     `ftz` as for `sigmoid_times_f32`.
     """
     k, kf, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _ZDEEP))
-    k, dd = _deep_tail(k, kf, src, dd, beta)
+    k, dd = _deep_tail(k, kf > _F32(253), src, dd, beta)
     x_bits, y_bits = _scale_bits(k)
     y_scale = lax.bitcast_convert_type(y_bits, _F32)
     d = q * lax.bitcast_convert_type(x_bits, _F32) + y_scale
@@ -666,8 +744,8 @@ def softplus_f32(x, beta, *, compensate, balance=True, fused=False):
     (skipped when `balance` is False: |beta| known to be moderate); the
     tail e / beta (below t = -69) is formed as ((1 + p) / beta) * 2**k, the
     division first so that no intermediate leaves float32's range.
-    `fused` as for `sigmoid_times_f32`; the balanced beta is never below
-    2**-100, and a moderate one is never either.
+    `fused`: the error-free product is `_fused_product_error`; the balanced
+    beta is never below 2**-100, and a moderate one is never either.
     """
     x_in, unbalance = x, None
     if balance:

@@ -234,8 +234,9 @@ class BetaHints(NamedTuple):
     beta_exact: bool = False
     # |beta| is in [2**-64, 2**64] (or 0): no rebalancing of beta and x.
     beta_moderate: bool = False
-    # 0 < |beta| < 2**-100: the fused error-free product would fold its
-    # split of a constant beta back into beta (`_math._fused_product_error`).
+    # 0 < |beta| < 2**-100: the backward op takes Dekker's product instead
+    # of the fused kernel, whose clamp of an infinite src cannot reach a
+    # |t| of 17 below |beta| = 5.4e-37 (`_math._src_bounds`).
     beta_tiny: bool = False
 
 
