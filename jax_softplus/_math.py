@@ -225,8 +225,9 @@ def _exp_reduce(z, zl, compensated=True):
 # Where the fused kernel clamps z = -t (`_src_bounds`): below -_ZLOW the
 # sigmoid is 1 to rounding (from z = -17.4), and k = round(z / ln 2) >= -126
 # needs z >= -87.6; above _ZHIGH every result is below 2**-126 and flushed
-# (from z = 176.5), and k <= 278 (`_deep_tail`) needs z <= 193. Both bounds
-# may be off by the approximate reciprocal's 2**-16.
+# (from z = 176.5; the fused kernel runs on CPUs, which flush), and k <= 278
+# (`_deep_tail`) needs z <= 193. Both bounds may be off by the approximate
+# reciprocal's 2**-16.
 _ZLOW = _F32(50.0)
 _ZHIGH = _F32(184.8)
 
@@ -259,13 +260,21 @@ def _src_bounds(nbeta, like):
     inf = lax.full_like(nbeta, np.inf)
     zero = nbeta == lax.full_like(nbeta, 0)
     lo, hi = lax.select(zero, -inf, lo), lax.select(zero, inf, hi)
-    base = lax.full_like(like, 0)
-    return base + lo, base + hi
+    if nbeta.ndim:  # a per-example beta, already of the data's shape
+        return lo, hi
+    # Of the data's sharding too (an explicit mesh's), as select needs.
+    sharding = jax.typeof(like).sharding
+    return (
+        lax.broadcast_in_dim(b, like.shape, (), out_sharding=sharding) for b in (lo, hi)
+    )
 
 
-def _exp_reduce_fused(nbeta, x):
-    """exp(z), z = nbeta * x exact, as `_exp_reduce` gives it (k, kf, p), on
-    targets that contract `a * b + c` into an FMA (`fma_contracts`).
+def _exp_reduce_fused(nbeta, x, zero):
+    """exp(z) = 2**k (1 + p) for z = nbeta * x exact, on targets that
+    contract `a * b + c` into an FMA (`fma_contracts`). Returns (k_bits,
+    deep, p): k_bits an int32 with k in its low bits (`_scale_bits` shifts
+    the rest out), deep where k > 253 (`_deep_tail`), p as `_exp_reduce`'s.
+    `zero` is 0 behind a barrier.
 
     The reduced argument r = z - k ln 2 comes from the exact product in one
     FMA, so the product's rounding needs no operation of its own
@@ -276,10 +285,9 @@ def _exp_reduce_fused(nbeta, x):
     (`+ 0`, which IEEE arithmetic cannot drop), so that LLVM does not
     contract that multiply instead. For |nbeta| > 2**126, where nbeta log2(e)
     could overflow, the magic number rounds to halves and the k-scaled
-    constants are doubled. beta sits behind a barrier: XLA would fold the
-    product of a constant src and beta, with no FMA.
+    constants are doubled. The caller puts beta behind a barrier: XLA would
+    fold the product of a constant src and beta, with no FMA.
     """
-    nbeta, zero = lax.optimization_barrier((nbeta, _F32(0)))
     lo, hi = _src_bounds(nbeta, x)
     xc = lax.select(x < lo, lo, x)
     xc = lax.select(xc > hi, hi, xc)
@@ -360,8 +368,8 @@ def _deep_tail(k, deep, src, dd, beta):
 
     2**-k then needs three factors; dd * 2**-25 is exact unless dd is so
     small that the result is 0 anyway. Where sigmoid is exactly 0 the factor
-    is 0, so that inf * 0 is NaN. Returns the new (k, dd). The test is on
-    the float k (`kf`), so that the integer is only shifted (`_nearest_k`).
+    is 0, so that inf * 0 is NaN. Returns the new (k, dd). `deep` comes
+    from the float k, so that the integer is only shifted (`_nearest_k`).
     """
     zero = lax.full_like(dd, 0)
     scale = lax.select(_sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-25))
@@ -391,14 +399,16 @@ def sigmoid_times_f32(
     subnormal results (`_scaled`). `fused`: the compiler contracts
     multiply-adds into FMAs, and the reduced argument comes from the exact
     product in one (`_exp_reduce_fused`, for any beta: `compensate` and
-    `balance` are then moot, and the bits those hints would skip are the
-    same).
+    `balance` are then moot).
     """
     # -t = (-beta) * src exactly, with -beta formed once: the negation
     # costs nothing per element. exp(-t) = exp(z + zl).
+    if fused:
+        # Before the negation, which XLA would otherwise leave out of the loop.
+        beta, zero = lax.optimization_barrier((beta, _F32(0)))
     nbeta, x = -beta, src
     if fused:
-        k, deep, p = _exp_reduce_fused(nbeta, x)
+        k, deep, p = _exp_reduce_fused(nbeta, x, zero)
     else:
         if compensate and balance:
             nbeta, x, _ = _balance(nbeta, x)
