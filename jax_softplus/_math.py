@@ -232,10 +232,10 @@ _ZLOW = _F32(50.0)
 _ZHIGH = _F32(184.8)
 
 
-def _over(z, u):
-    """z / u for z in [17, 185] and float32 u > 0, within 2**-16, without a
-    division: XLA keeps a division of beta out of the loop's fusion. Above
-    the float32 range, the largest float32."""
+def _over(zs, u):
+    """z / u for each z of `zs` in [17, 185] and float32 u > 0, within
+    2**-16, without a division: XLA keeps a division of beta out of the
+    loop's fusion. Above the float32 range, the largest float32."""
     bits = lax.bitcast_convert_type(u, _I32)
     e = lax.shift_right_arithmetic(bits, _I32(23)) - _I32(127)
     m = lax.bitcast_convert_type((bits & _I32(0x7FFFFF)) | _I32(0x3F800000), _F32)
@@ -243,10 +243,9 @@ def _over(z, u):
     for _ in range(2):  # Newton: 2**-8.1, then 2**-16
         y = y * (_F32(2) - m * y)
     # z y 2**-e, exact but for rounding on overflow (2**-127 in two steps).
-    top = e > _I32(126)
-    half = lax.select(top, lax.full_like(u, 0.5), lax.full_like(u, 1.0))
-    q = (z * y * half) * exp2_int(-e, _F32)
-    return lax.min(q, lax.full_like(u, np.finfo(np.float32).max))
+    y = y * lax.select(e > _I32(126), lax.full_like(u, 0.5), lax.full_like(u, 1.0))
+    big = lax.full_like(u, np.finfo(np.float32).max)
+    return [lax.min((z * y) * exp2_int(-e, _F32), big) for z in zs]
 
 
 def _src_bounds(nbeta, like):
@@ -254,7 +253,7 @@ def _src_bounds(nbeta, like):
     [-_ZLOW, _ZHIGH] (up to 2**-16) or beyond, where the kernel's result no
     longer changes; for nbeta = 0, no bounds (0 * inf is NaN)."""
     u = lax.abs(nbeta)
-    down, up = _over(_ZLOW, u), _over(_ZHIGH, u)
+    down, up = _over((_ZLOW, _ZHIGH), u)
     pos = nbeta > lax.full_like(nbeta, 0)
     lo, hi = lax.select(pos, -down, -up), lax.select(pos, up, down)
     inf = lax.full_like(nbeta, np.inf)
@@ -269,12 +268,11 @@ def _src_bounds(nbeta, like):
     )
 
 
-def _exp_reduce_fused(nbeta, x, zero):
-    """exp(z) = 2**k (1 + p) for z = nbeta * x exact, on targets that
+def _exp_reduce_fused(beta, x):
+    """exp(z) = 2**k (1 + p) for z = -beta * x exact, on targets that
     contract `a * b + c` into an FMA (`fma_contracts`). Returns (k_bits,
     deep, p): k_bits an int32 with k in its low bits (`_scale_bits` shifts
     the rest out), deep where k > 253 (`_deep_tail`), p as `_exp_reduce`'s.
-    `zero` is 0 behind a barrier.
 
     The reduced argument r = z - k ln 2 comes from the exact product in one
     FMA, so the product's rounding needs no operation of its own
@@ -285,9 +283,12 @@ def _exp_reduce_fused(nbeta, x, zero):
     (`+ 0`, which IEEE arithmetic cannot drop), so that LLVM does not
     contract that multiply instead. For |nbeta| > 2**126, where nbeta log2(e)
     could overflow, the magic number rounds to halves and the k-scaled
-    constants are doubled. The caller puts beta behind a barrier: XLA would
-    fold the product of a constant src and beta, with no FMA.
+    constants are doubled. beta sits behind a barrier, before its negation
+    (which XLA would otherwise leave out of the loop): XLA would fold the
+    product of a constant src and beta, with no FMA.
     """
+    beta, zero = lax.optimization_barrier((beta, _F32(0)))
+    nbeta = -beta
     lo, hi = _src_bounds(nbeta, x)
     xc = lax.select(x < lo, lo, x)
     xc = lax.select(xc > hi, hi, xc)
@@ -401,15 +402,12 @@ def sigmoid_times_f32(
     product in one (`_exp_reduce_fused`, for any beta: `compensate` and
     `balance` are then moot).
     """
-    # -t = (-beta) * src exactly, with -beta formed once: the negation
-    # costs nothing per element. exp(-t) = exp(z + zl).
     if fused:
-        # Before the negation, which XLA would otherwise leave out of the loop.
-        beta, zero = lax.optimization_barrier((beta, _F32(0)))
-    nbeta, x = -beta, src
-    if fused:
-        k, deep, p = _exp_reduce_fused(nbeta, x, zero)
+        k, deep, p = _exp_reduce_fused(beta, src)
     else:
+        # -t = (-beta) * src exactly, with -beta formed once: the negation
+        # costs nothing per element. exp(-t) = exp(z + zl).
+        nbeta, x = -beta, src
         if compensate and balance:
             nbeta, x, _ = _balance(nbeta, x)
         z = nbeta * x

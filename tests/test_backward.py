@@ -326,3 +326,21 @@ def test_the_correction_survives_the_same_product_beside_it(beta):
     out = jax.jit(step)(src, dd, jnp.float32(beta))
     err = max_ulp(out, backward_ref(src, dd, beta), jnp.float32)
     assert err <= ULP_BOUND[np.dtype(jnp.float32)], err
+
+
+@pytest.mark.parametrize("beta", (1.2e-38, -2e-38, 3e-37, 2.0**127, -3.3e38))
+def test_a_traced_extreme_beta_with_finite_src_is_within_the_bound(beta):
+    # The fused kernel clamps src to bounds from beta: below |beta| = 5.4e-37
+    # they pass float32's largest finite value (every finite src is inside),
+    # and above 2**126 beta * log2(e) would overflow (the magic number then
+    # rounds to halves). Any finite src, t over the whole range.
+    rng = np.random.default_rng(seed_of("traced extreme beta", beta))
+    with np.errstate(over="ignore"):
+        src = (rng.uniform(-190.0, 90.0, 1 << 14) / beta).astype(np.float32)
+    big = np.finfo(np.float32).max
+    src = np.clip(src, -big, big)
+    src = jnp.asarray(np.where(np.abs(src) < np.finfo(np.float32).tiny, 0, src))
+    dd = jnp.asarray(2.0 ** rng.uniform(-20, 127, src.size), jnp.float32)
+    got = jax.jit(softplus_backward)(src, dd, jnp.float32(beta))
+    err = max_ulp(got, backward_ref(src, dd, beta), jnp.float32)
+    assert err <= ULP_BOUND[np.dtype(jnp.float32)], err
