@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import _math, softplus_backward_inplace
+from jax_softplus import _kernels, _math, softplus_backward_inplace
 from jax_softplus._validate import BetaHints
 from jax_softplus.tools._common import DTYPES, naive_backward
 from jax_softplus.tools.bench import mlp_step, train_step_activations
@@ -47,7 +47,7 @@ def _timed(fn, iters):
 
 
 def _portable(src, dd, beta):
-    return _math.backward_kernel(src, dd, beta, BetaHints())
+    return _kernels.backward_kernel(src, dd, beta, BetaHints())
 
 
 def _half_gpu(**variant):

@@ -46,7 +46,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad
 
-from jax_softplus import _math
+from jax_softplus import _kernels, _math
 from jax_softplus._primitive import bind
 
 _LOG2E = 1.4426950408889634
@@ -364,7 +364,7 @@ def _dbeta1(hints, x, beta):
     lift = _lift(a, cdt)
     lifted = (mx * factor / mb) * _math.exp2_int(lift, cdt)
     v = lax.neg(bind(ax, lifted, lax.neg(ab), hints))
-    second = _math.softplus_kernel(lax.neg(ax), ab, hints) / ab
+    second = _kernels.softplus_kernel(lax.neg(ax), ab, hints) / ab
     return v, ex - eb - lift, jnp.where(far, jnp.zeros_like(second), second)
 
 
@@ -415,7 +415,7 @@ def dsoftplus_dbeta(k, hints, x, beta):
     value = dbeta_value(k, hints, x, beta)
     # The caller sums this: fenced, so that XLA:CPU keeps the kernels in one
     # loop instead of cutting them up for a library reduction.
-    return _math.fusion_fence(value, x.astype(beta.dtype)) if k == 1 else value
+    return _kernels.fusion_fence(value, x.astype(beta.dtype)) if k == 1 else value
 
 
 @partial(dsoftplus_dbeta.defjvp, symbolic_zeros=True)

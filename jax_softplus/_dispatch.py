@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import _compat, _math, _sharding
+from jax_softplus import _compat, _kernels, _sharding
 from jax_softplus._primitive import bind
 from jax_softplus._validate import BetaHints
 
@@ -208,7 +208,7 @@ def inplace_lower(src, diff_dst, checked):
     )
 
 
-forward = own_jit(_math.softplus_kernel, static_argnames=("hints",))
+forward = own_jit(_kernels.softplus_kernel, static_argnames=("hints",))
 
 
 def forward_call(x, beta, checked, hints, traced):

@@ -104,6 +104,15 @@ def exp2_int(e, dtype):
     return _pow2(lax.clamp(np.int32(-126), e.astype(np.int32), np.int32(126)))
 
 
+def times_pow2(y, k):
+    """y * 2**k for int32 k, rounded once: in two exact steps of the normal
+    range (|k| is clamped where the result is 0 or inf anyway)."""
+    lim = 126 if y.dtype == np.float32 else 1022
+    k = lax.clamp(np.int32(-2 * lim), k, np.int32(2 * lim))
+    k1 = lax.clamp(np.int32(-lim), k, np.int32(lim))
+    return y * exp2_int(k1, y.dtype) * exp2_int(k - k1, y.dtype)
+
+
 def _split(v):
     """Split float32 v into hi + lo with 12 significant bits in each half."""
     hi = lax.bitcast_convert_type(lax.bitcast_convert_type(v, _I32) & _I32(-4096), _F32)
@@ -353,7 +362,7 @@ def _scale_bits(k):
     return kb + y_bits, y_bits
 
 
-def _sigmoid_is_zero(src, beta):
+def sigmoid_is_zero(src, beta):
     """Where sigmoid(beta * src) is exactly 0: src = -inf * sign(beta).
 
     Then inf * sigmoid is NaN. A finite src whose product overflows to -inf
@@ -373,7 +382,7 @@ def _deep_tail(k, deep, src, dd, beta):
     from the float k, so that the integer is only shifted (`_nearest_k`).
     """
     zero = lax.full_like(dd, 0)
-    scale = lax.select(_sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-25))
+    scale = lax.select(sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-25))
     return lax.select(deep, k - _I32(25), k), lax.select(deep, dd * scale, dd)
 
 
@@ -502,7 +511,7 @@ def sigmoid_times_f16(src, dd, beta):
     k, _, q = _exp_reduce_half(lax.clamp(-_ZMAX, -beta * src, _F32(88.0)))
     e = q * _pow2(k)
     out = dd / (e + _F32(1))
-    return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
+    return lax.select(sigmoid_is_zero(src, beta), dd * _F32(0), out)
 
 
 # The GPU kernel's clamp of -|t|: exp(-_ZHALF_GPU / 4) is a normal float32,
@@ -541,7 +550,7 @@ def sigmoid_times_half_gpu(src, dd, beta, *, divide=False, tail=True):
         out = num * (r * r)
     if not tail:
         return out
-    return lax.select(_sigmoid_is_zero(src, beta), dd * _F32(0), out)
+    return lax.select(sigmoid_is_zero(src, beta), dd * _F32(0), out)
 
 
 def _bf16_to_f32(x):
@@ -593,97 +602,6 @@ def canonical_nan(beta):
     16 bits clear. (NVIDIA GPUs make 0x7FFFFFFF instead.)
     """
     return lax.select(beta != beta, lax.full_like(beta, np.nan), beta)
-
-
-# Float64 ------------------------------------------------------------------
-# The same stable formulas as float32, with beta * x compensated: a rounded
-# t = beta * x carries a relative error of 2**-53, and exp(-|t|) turns it
-# into an error of |t| * 2**-53 relative (57 ulp at t = 115). The exact
-# error tl of the product (Dekker, on a rebalanced pair) corrects it to
-# first order: exp(-|t| - s tl) = exp(-|t|) (1 - s tl), s = sign(t).
-
-_F64 = np.float64
-# |beta| is rebalanced into [2**-512, 2**512], so that no half of a split
-# operand is subnormal when |beta x| matters (>= 2**-20).
-_BAL64 = 2.0**512
-# Beyond |t| = 1400, h = exp(-|t|/2) is no longer a normal float64, and
-# dd * exp(-|t|) is 0 for every finite dd.
-_ZMAX64 = 1400.0
-
-
-def _split64(v):
-    """Split float64 v into hi + lo, hi with 26 significant bits."""
-    bits = lax.bitcast_convert_type(v, np.int64) & np.int64(-(1 << 27))
-    hi = lax.bitcast_convert_type(bits, _F64)
-    return hi, v - hi
-
-
-def _balance64(beta, x):
-    """(beta * s, x / s) with |beta * s| in [2**-512, 2**512]; same product."""
-    big, small = lax.abs(beta) > _BAL64, lax.abs(beta) < 1.0 / _BAL64
-    one = lax.full_like(beta, 1.0)
-    s = lax.select(big, one / _BAL64, lax.select(small, one * _BAL64, one))
-    return beta * s, x / s
-
-
-def _product64(beta, x):
-    """t = fl(beta * x) and its exact error (0 where |t| >= _ZMAX64 or NaN)."""
-    beta, x = _balance64(beta, x)
-    t = beta * x
-    bh, bl = _split64(beta)
-    xh, xl = _split64(x)
-    tl = ((bh * xh - t) + bh * xl + bl * xh) + bl * xl
-    return t, lax.select(lax.abs(t) < _ZMAX64, tl, lax.full_like(tl, 0.0))
-
-
-def _exp64(t, tl, scale):
-    """exp(-scale |t + tl|), the argument clamped at |t| = _ZMAX64."""
-    a = lax.min(lax.abs(t), lax.full_like(t, _ZMAX64))
-    e = lax.exp(a * -scale)
-    return e - e * (lax.select(t > 0, tl, -tl) * scale)
-
-
-_LN2_HI64 = 6.93147180369123816490e-01  # 32 significant bits: k * hi is exact
-_LN2_LO64 = 1.90821492927058770002e-10
-
-
-def _deep_tail64(t, tl, dd):
-    """dd exp(-|t + tl|) for |t| in [700, _ZMAX64], where exp(-|t|) is below
-    the normal range and the product may not be: exp(-r) 2**-k with
-    r = |t| - k ln 2 in [-ln2/2, ln2/2] (k ln2_hi exact, the difference
-    exact by Sterbenz), dd exp(-r) / 4 rounded once and the power of two
-    applied exactly: within about 1.5 ulp where the result is normal.
-    """
-    a = lax.min(lax.abs(t), lax.full_like(t, _ZMAX64))
-    k = lax.round(a * 1.4426950408889634, lax.RoundingMethod.TO_NEAREST_EVEN)
-    r = (a - k * _LN2_HI64) - k * _LN2_LO64
-    e = lax.exp(-r)
-    e = e - e * lax.select(t > 0, tl, -tl)
-    return times_pow2((dd * 0.25) * e, 2 - k.astype(np.int32))
-
-
-def times_pow2(y, k):
-    """y * 2**k for int32 k, rounded once: in two exact steps of the normal
-    range (|k| is clamped where the result is 0 or inf anyway)."""
-    lim = 126 if y.dtype == np.float32 else 1022
-    k = lax.clamp(np.int32(-2 * lim), k, np.int32(2 * lim))
-    k1 = lax.clamp(np.int32(-lim), k, np.int32(lim))
-    return y * exp2_int(k1, y.dtype) * exp2_int(k - k1, y.dtype)
-
-
-def sigmoid_times_f64(src, dd, beta):
-    """dd * sigmoid(beta * src) in float64, within about 2 ulp.
-
-    dd / (1 + e) for t >= 0 and dd e / (1 + e) for t < 0, e = exp(-|t|)
-    compensated. Below t = -700, where e leaves the normal range but dd e
-    may not, `_deep_tail64`, normal down to t = -1400 (beyond, dd e is 0 for
-    every finite dd).
-    """
-    t, tl = _product64(beta, src)
-    e = _exp64(t, tl, 1.0)
-    small = lax.select(t < -700.0, _deep_tail64(t, tl, dd), dd * e)
-    out = lax.select(t >= 0, dd, small) / (e + 1.0)
-    return lax.select(_sigmoid_is_zero(src, beta), dd * 0.0, out)
 
 
 # log1p(f) = f - f**2 / 2 + f**3 P(f) on [-1/4, 1/2], P of degree 8, lowest
@@ -781,105 +699,3 @@ def softplus_f32(x, beta, *, compensate, balance=True, fused=False):
     body = x + q if unbalance is None else (x + q) * unbalance
     body = lax.select(tail, x_in, body)
     return lax.select(pos, body, lax.select(tail, tail_part, qu))
-
-
-def softplus_f64(x, beta):
-    """(1/beta) log(1 + exp(beta x)) in float64, within about 2 ulp.
-
-    [t > 0] x + log1p(e) / beta with e = exp(-|t|) compensated (see
-    `sigmoid_times_f64`); below e = 2**-60, log1p(e) / beta = e / beta,
-    formed as (h / beta) h with h = exp(-|t| / 2) past t = -700, which keeps
-    the tail of a small beta where e alone underflows.
-    """
-    t, tl = _product64(beta, x)
-    e = _exp64(t, tl, 1.0)
-    h = _exp64(t, tl, 0.5)
-    far = lax.select(lax.abs(t) > 700.0, (h / beta) * h, e / beta)
-    part = lax.select(e < 2.0**-60, far, lax.log1p(e) / beta)
-    return lax.select(t > 0, x + part, part)
-
-
-# The kernels by dtype ---------------------------------------------------------
-# The one place that chooses the arithmetic for each data dtype, for both
-# directions. `hints` is a `BetaHints`: what a concrete beta lets the float32
-# kernels skip, never changing a bit.
-
-
-def fusion_fence(out, dd):
-    """out, behind an op that XLA:CPU's library fusions do not take.
-
-    XLA:CPU (jax 0.10) hands a reduction and the elementwise ops that feed
-    it to YNNPACK, which takes only the ops it supports: a reduction of this
-    kernel's output cut the kernel into nine loops with their intermediates
-    in memory (`jnp.sum(softplus_backward(...))` at 16M float32 elements:
-    198 ms, 36 ms with this fence, as for the op alone with a fresh output).
-    YNNPACK takes no `select`, and XLA's HLO passes do not fold this one;
-    LLVM does (`dd > inf` is false for every dd, NaN included), so the loop
-    keeps no instruction of it (a compare and a masked store with the
-    earlier `dd != dd`: 3% of the 256-bit float32 loop).
-    """
-    return lax.select(dd > lax.full_like(dd, np.inf), dd, out)
-
-
-def backward_kernel(src, dd, beta, hints, *, platform=None):
-    """dd * sigmoid(beta * src) in the data's dtype (the primitive's lowering).
-
-    `platform` is the lowering's: "cpu", "gpu" (CUDA and ROCm) or None for
-    any other. On CPUs every NaN of the bfloat16 kernel has its low 16 bits
-    clear once beta's is (`canonical_nan`), so the final rounding needs no
-    NaN select: about 5% of the bfloat16 loop. On GPUs the half-precision
-    types take `sigmoid_times_half_gpu` with XLA's own converts.
-    """
-    dtype = src.dtype
-    cpu = platform == "cpu"
-    if platform == "gpu" and dtype in (_BF16, np.float16):
-        f32 = np.float32
-        out = sigmoid_times_half_gpu(
-            lax.convert_element_type(src, f32), lax.convert_element_type(dd, f32), beta
-        )
-        return lax.convert_element_type(out, dtype)
-    if dtype == np.float64:
-        return sigmoid_times_f64(src, dd, beta)
-    if dtype == np.float32:
-        out = sigmoid_times_f32(
-            src,
-            dd,
-            beta,
-            compensate=not hints.beta_exact,
-            balance=not hints.beta_moderate,
-            ftz=cpu,
-            fused=cpu and fma_contracts() and not hints.beta_tiny,
-        )
-        return fusion_fence(out, dd) if cpu else out
-    if dtype == np.float16:
-        out = sigmoid_times_f16(to_f32(src), to_f32(dd), beta)
-    else:
-        beta = canonical_nan(beta) if cpu else beta
-        out = sigmoid_times_bf16(to_f32(src), to_f32(dd), beta, ftz=cpu)
-    return from_f32(out, dtype, nan_low_bits_clear=cpu)
-
-
-def softplus_kernel(x, beta, hints):
-    """(1/beta) log(1 + exp(beta x)) in the data's dtype (the forward op)."""
-    # A Python-float beta in a user's jit is a compile-time constant, and XLA
-    # rewrites a division by a constant into a multiplication by its rounded
-    # reciprocal: a second rounding (2.16 instead of 1.69 ulp at beta = 0.1)
-    # and other bits than an eager call. The barrier keeps beta opaque.
-    beta = lax.optimization_barrier(beta)
-    if x.dtype == np.float64:
-        return softplus_f64(x, beta)
-    balance = not hints.beta_moderate
-    if x.dtype == np.float32:
-        compensate = not hints.beta_exact
-        kernel = functools.partial(softplus_f32, compensate=compensate, balance=balance)
-        # This kernel is traced outside any lowering rule (it is not a
-        # primitive's): the platform is known when XLA lowers it, which is
-        # where `platform_dependent` picks its branch (no run-time cond). Not
-        # under `jax.disable_jit`, where each op runs alone and nothing is
-        # contracted.
-        if compensate and fma_contracts() and not jax.config.jax_disable_jit:
-            fused = functools.partial(kernel, fused=True)
-            return lax.platform_dependent(x, beta, cpu=fused, default=kernel)
-        return kernel(x, beta)
-    y = softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
-    return from_f32(y, x.dtype)

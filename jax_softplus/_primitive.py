@@ -25,7 +25,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 
-from jax_softplus import _compat, _jet, _math, _sharding
+from jax_softplus import _compat, _jet, _kernels, _sharding
 from jax_softplus._validate import ALL_DATA_DTYPES, BetaHints
 
 softplus_backward_p = Primitive("softplus_backward")
@@ -202,7 +202,9 @@ def _softplus_backward_batch(args, dims, *, beta_hints=_NO_HINTS):
 
 def _softplus_backward_lowering(platform=None):
     def kernel(src, diff_dst, beta, *, beta_hints=_NO_HINTS):
-        return _math.backward_kernel(src, diff_dst, beta, beta_hints, platform=platform)
+        return _kernels.backward_kernel(
+            src, diff_dst, beta, beta_hints, platform=platform
+        )
 
     return mlir.lower_fun(kernel, multiple_results=False)
 

@@ -10,13 +10,13 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
-from jax_softplus import _compat, _dispatch, _math, _sharding, _validate
+from jax_softplus import _compat, _dispatch, _kernels, _sharding, _validate
 from jax_softplus._derivatives import dsoftplus_dbeta
 from jax_softplus._derivatives import is_zero as _is_zero
 from jax_softplus._primitive import batch_operands, bind
 
 # Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
-_softplus_kernel = jax.jit(_math.softplus_kernel, static_argnames=("hints",))
+_softplus_kernel = jax.jit(_kernels.softplus_kernel, static_argnames=("hints",))
 
 
 def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):

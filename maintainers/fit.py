@@ -1,14 +1,16 @@
 """Polynomial fits behind the kernels' constants: `python maintainers/fit.py`.
 
-Each polynomial in `jax_softplus._math` is a weighted minimax fit, found
-here by the Remez exchange algorithm on a grid of 3,001 points, and rounded
-to float32 one coefficient at a time. The targets are evaluated and the
-linear systems solved in mpmath at 40 digits, and the error is scanned in
-float64 with + - * / only, so the result is the same on every platform. The
-script prints the coefficients in the order `_math` stores them;
-`tests/test_constants.py` checks that they are the committed ones and that
-each meets the bound its comment states. Needs mpmath (the `[bench]` or
-`[test]` extra).
+Each polynomial in `jax_softplus._math` (float32) and `jax_softplus._math64`
+(float64) is a weighted minimax fit, found here by the Remez exchange
+algorithm on a grid, and rounded to its dtype one coefficient at a time.
+The targets are evaluated and the linear systems solved in mpmath at 40
+digits; the error is scanned in float64 with + - * / only for the float32
+fits (3,001 points) and in mpmath for the float64 ones (1,001 points, whose
+errors are below float64's resolution), so the result is the same on every
+platform. The script prints the coefficients in the order the kernels store
+them; `tests/test_constants.py` checks that they are the committed ones and
+that each meets the bound its comment states. Needs mpmath (the `[bench]`
+or `[test]` extra).
 
 A fit approximates g(x) by p(x) = sum_j c_j x**j on [lo, hi], minimizing
 max |w(x) (g(x) - p(x))|, where w turns the error of p into the error of
@@ -44,8 +46,10 @@ class Fit:
     degree: int
     target: Callable  # g(x), an mpmath function
     weight: Callable  # w(x) >= 0, an mpmath function
-    highest_first: bool  # the order `_math` stores the coefficients in
+    highest_first: bool  # the order the kernel stores the coefficients in
     comment: str
+    dtype: type = np.float32  # of the coefficients
+    module: str = "_math"  # where the kernel keeps them
 
 
 def _expm1_q(r):
@@ -86,6 +90,20 @@ def _recip_weight(e):
     return 1 + e
 
 
+def _log1p_r(z):
+    # R(z) / z in log1p(f) = f - f**2/2 + s (f**2/2 + R(z)), z = s**2: with
+    # f = 2 s / (1 - s), log1p(f) = 2 atanh(s) = 2 s + s R(z).
+    s = mpmath.sqrt(z)
+    return (2 * mpmath.atanh(s) / s - 2) / z
+
+
+def _log1p_r_weight(z):
+    # An error in R / z moves log1p(f) by s z times it, relative to
+    # log1p(f) = 2 atanh(s).
+    s = mpmath.sqrt(z)
+    return z * s / (2 * mpmath.atanh(s))
+
+
 _HALF_LN2 = float(np.log(2.0) / 2)
 
 FITS = (
@@ -104,6 +122,20 @@ FITS = (
     Fit(
         "_RECIP_1P", 0.0, 1.0, 2, _recip, _recip_weight, True,
         "1 / (1 + e), relative error",
+    ),
+    # float64: k may be off by one from the nearest (the rounded z / ln 2),
+    # so the interval is widened by 1e-4.
+    Fit(
+        "_EXP_Q", -_HALF_LN2 * 1.0001, _HALF_LN2 * 1.0001, 10, _expm1_q,
+        _expm1_q_weight, True,
+        "q in expm1(r) = r + r**2 q(r), error relative to exp(r)",
+        np.float64, "_math64",
+    ),
+    Fit(
+        "_LOG1P_R", 0.0, 0.0401, 7, _log1p_r, _log1p_r_weight, True,
+        "R(z) / z in log1p(f) = f - f**2/2 + s (f**2/2 + R(z)), z = s**2, "
+        "relative error",
+        np.float64, "_math64",
     ),
 )  # fmt: skip
 
@@ -161,6 +193,8 @@ def remez(fit: Fit, fixed=(), points: int = 3000, iterations: int = 40):
     scanned in float64 (only +, -, *, /: the same bits on every platform)
     and the linear system is solved in mpmath.
     """
+    if fit.dtype == np.float64:
+        return _remez_mp(fit, fixed, iterations)
     xs, g, w = _samples(fit, points)
     xf = np.array([float(x) for x in xs])
     # What the free coefficients (powers m, m + 1, ...) must fit, weighted
@@ -195,6 +229,74 @@ def remez(fit: Fit, fixed=(), points: int = 3000, iterations: int = 40):
                 break
             ref = new
         return coef, abs(sol[n])
+
+
+def _mp_poly(lowest_first, x):
+    """sum c_j x**j by Horner's rule, in mpmath."""
+    out = mpmath.mpf(0)
+    for c in reversed(lowest_first):
+        out = out * x + c
+    return out
+
+
+@functools.cache
+def _samples_mp(fit: Fit, points: int):
+    """The grid, target and weight of a float64 fit, all in mpmath."""
+    with mpmath.workdps(_DPS):
+        xs = _grid(fit.lo, fit.hi, points)
+        return xs, [fit.target(x) for x in xs], [fit.weight(x) for x in xs]
+
+
+def _remez_mp(fit: Fit, fixed, iterations, points: int = 1000):
+    """`remez` for a float64 fit: the error scanned in mpmath."""
+    xs, g, w = _samples_mp(fit, points)
+    m = len(fixed)
+    n = fit.degree + 1 - m
+    with mpmath.workdps(_DPS):
+        fixed_mp = [mpmath.mpf(float(c)) for c in fixed]
+        g = [
+            (gi - _mp_poly(fixed_mp, x)) / x**m if m else gi
+            for gi, x in zip(g, xs, strict=True)
+        ]
+        w = [wi * abs(x) ** m for wi, x in zip(w, xs, strict=True)]
+        lo, hi = mpmath.mpf(fit.lo), mpmath.mpf(fit.hi)
+        cheb = [
+            (lo + hi) / 2 - (hi - lo) / 2 * mpmath.cos(mpmath.pi * i / n)
+            for i in range(n + 1)
+        ]
+        ref = sorted(
+            {min(range(len(xs)), key=lambda k, c=c: abs(xs[k] - c)) for c in cheb}
+        )
+        for _ in range(iterations):
+            a = mpmath.matrix(n + 1, n + 1)
+            b = mpmath.matrix(n + 1, 1)
+            for row, i in enumerate(ref):
+                for j in range(n):
+                    a[row, j] = xs[i] ** j
+                a[row, n] = mpmath.mpf((-1) ** row) / w[i]
+                b[row] = g[i]
+            sol = mpmath.lu_solve(a, b)
+            coef = [sol[j] for j in range(n)]
+            err = [
+                wi * (gi - _mp_poly(coef, x))
+                for wi, gi, x in zip(w, g, xs, strict=True)
+            ]
+            new = _alternating_extrema(err, n + 1)
+            if new == ref:
+                break
+            ref = new
+        return coef, abs(sol[n])
+
+
+def coefficients(fit: Fit) -> tuple:
+    """The fit in its dtype, in the kernel's order (float32 or float64)."""
+    if fit.dtype == np.float64:
+        c64 = []
+        for _ in range(fit.degree + 1):
+            coef, _ = remez(fit, tuple(c64))
+            c64.append(float(coef[0]))
+        return tuple(c64[::-1] if fit.highest_first else c64)
+    return float32_coefficients(fit)
 
 
 def float32_coefficients(fit: Fit) -> tuple[np.float32, ...]:
@@ -232,8 +334,8 @@ def main(argv=None):
         _, level = remez(fit)
         print(f"# {fit.comment}; [{fit.lo:.6g}, {fit.hi:.6g}], degree "
               f"{fit.degree}, levelled error {float(level):.4g}")  # fmt: skip
-        print(f"{fit.name} = (")
-        for c in float32_coefficients(fit):
+        print(f"{fit.module}.{fit.name} = (")
+        for c in coefficients(fit):
             print(f"    {float(c)!r},")
         print(")")
 

@@ -15,7 +15,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from jax_softplus import _math
+from jax_softplus import _math, _math64
 
 mpmath.mp.dps = 40
 F32 = np.float32
@@ -76,9 +76,50 @@ def test_reciprocal_quadratic_is_within_1_02_percent():
     assert np.max(np.abs(((a * e + b) * e + c) * (1 + e) - 1)) <= 0.0102
 
 
+def test_float64_expm1_polynomial_is_within_2_to_the_minus_63():
+    # expm1(r) = r + r**2 q(r) on [-ln 2 / 2, ln 2 / 2] widened by 1e-4,
+    # error relative to exp(r), q's float64 coefficients evaluated exactly
+    # (the fit's own error: the kernel's float64 rounding adds 2**-53 of
+    # r**2 q, below 2**-56 of exp(r)).
+    with mpmath.workdps(40):
+        c = [mpmath.mpf(v) for v in _math64._EXP_Q]
+        worst = mpmath.mpf(0)
+        for r in np.linspace(-HALF_LN2 * 1.0001, HALF_LN2 * 1.0001, 2001):
+            r = mpmath.mpf(float(r))
+            got = r + r * r * fit._mp_poly(c[::-1], r)
+            worst = max(worst, abs(got - mpmath.expm1(r)) / mpmath.exp(r))
+    assert worst <= mpmath.mpf(2) ** -63, float(mpmath.log(worst, 2))
+
+
+def test_float64_log1p_series_is_within_2_to_the_minus_62_5():
+    # log1p(f) = 2 s + s R(s**2), s = f / (2 + f), for f in [-1/4, 1/2]:
+    # relative error with the float64 coefficients evaluated exactly.
+    with mpmath.workdps(40):
+        c = [mpmath.mpf(v) for v in _math64._LOG1P_R]
+        worst = mpmath.mpf(0)
+        for f in np.linspace(-0.25, 0.5, 2001):
+            f = mpmath.mpf(float(f))
+            if f == 0:
+                continue
+            s = f / (2 + f)
+            z = s * s
+            got = 2 * s + s * z * fit._mp_poly(c[::-1], z)
+            worst = max(worst, abs(got / mpmath.log1p(f) - 1))
+    assert worst <= mpmath.mpf(2) ** -62.5, float(mpmath.log(worst, 2))
+
+
+def test_the_float64_reciprocal_start_is_within_2_to_the_minus_9():
+    # 1 / m on [1, 2]: two Newton steps from 2**-9.17 give 2**-36.7.
+    m = np.linspace(1.0, 2.0, 20_001)
+    y = np.polyval(np.array(_math64._RECIP), m)
+    assert np.max(np.abs(y * m - 1)) <= 2.0**-9.1
+
+
 @pytest.mark.parametrize("problem", fit.FITS, ids=lambda f: f.name)
 def test_the_fitting_script_reproduces_the_committed_coefficients(problem):
     # Bit for bit: the fit is deterministic (mpmath, and float64 + - * /).
-    got = fit.float32_coefficients(problem)
-    committed = getattr(_math, problem.name)
+    got = fit.coefficients(problem)
+    committed = getattr(
+        {"_math": _math, "_math64": _math64}[problem.module], problem.name
+    )
     assert [float(c) for c in got] == [float(c) for c in committed]

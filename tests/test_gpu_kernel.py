@@ -27,7 +27,7 @@ from helpers import (
     random_src,
 )
 
-from jax_softplus import _math
+from jax_softplus import _kernels
 from jax_softplus._validate import BetaHints
 
 HALF = (jnp.bfloat16, jnp.float16)
@@ -36,7 +36,7 @@ N = 20_000
 
 @functools.partial(jax.jit, static_argnames="platform")
 def _kernel(src, dd, beta, platform="gpu"):
-    return _math.backward_kernel(src, dd, beta, BetaHints(), platform=platform)
+    return _kernels.backward_kernel(src, dd, beta, BetaHints(), platform=platform)
 
 
 def _run(src, dd, beta):

@@ -1,0 +1,108 @@
+"""The kernels by dtype: the one place that chooses the arithmetic for each
+data dtype, for both directions (float32 and the half types in `_math`,
+float64 in `_math64`). `hints` is a `BetaHints`: what a concrete beta lets
+the float32 kernels skip.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+from jax import lax
+
+from jax_softplus import _math64
+from jax_softplus._math import (
+    _BF16,
+    canonical_nan,
+    fma_contracts,
+    from_f32,
+    sigmoid_times_bf16,
+    sigmoid_times_f16,
+    sigmoid_times_f32,
+    sigmoid_times_half_gpu,
+    softplus_f32,
+    to_f32,
+)
+
+
+def fusion_fence(out, dd):
+    """out, behind an op that XLA:CPU's library fusions do not take.
+
+    XLA:CPU (jax 0.10) hands a reduction and the elementwise ops that feed
+    it to YNNPACK, which takes only the ops it supports: a reduction of this
+    kernel's output cut the kernel into nine loops with their intermediates
+    in memory (`jnp.sum(softplus_backward(...))` at 16M float32 elements:
+    198 ms, 36 ms with this fence, as for the op alone with a fresh output).
+    YNNPACK takes no `select`, and XLA's HLO passes do not fold this one;
+    LLVM does (`dd > inf` is false for every dd, NaN included), so the loop
+    keeps no instruction of it (a compare and a masked store with the
+    earlier `dd != dd`: 3% of the 256-bit float32 loop).
+    """
+    return lax.select(dd > lax.full_like(dd, np.inf), dd, out)
+
+
+def backward_kernel(src, dd, beta, hints, *, platform=None):
+    """dd * sigmoid(beta * src) in the data's dtype (the primitive's lowering).
+
+    `platform` is the lowering's: "cpu", "gpu" (CUDA and ROCm) or None for
+    any other. On CPUs every NaN of the bfloat16 kernel has its low 16 bits
+    clear once beta's is (`canonical_nan`), so the final rounding needs no
+    NaN select: about 5% of the bfloat16 loop. On GPUs the half-precision
+    types take `sigmoid_times_half_gpu` with XLA's own converts.
+    """
+    dtype = src.dtype
+    cpu = platform == "cpu"
+    if platform == "gpu" and dtype in (_BF16, np.float16):
+        f32 = np.float32
+        out = sigmoid_times_half_gpu(
+            lax.convert_element_type(src, f32), lax.convert_element_type(dd, f32), beta
+        )
+        return lax.convert_element_type(out, dtype)
+    if dtype == np.float64:
+        out = _math64.sigmoid_times(src, dd, beta, fused=cpu and fma_contracts())
+        return fusion_fence(out, dd) if cpu else out
+    if dtype == np.float32:
+        out = sigmoid_times_f32(
+            src,
+            dd,
+            beta,
+            compensate=not hints.beta_exact,
+            balance=not hints.beta_moderate,
+            ftz=cpu,
+            fused=cpu and fma_contracts() and not hints.beta_tiny,
+        )
+        return fusion_fence(out, dd) if cpu else out
+    if dtype == np.float16:
+        out = sigmoid_times_f16(to_f32(src), to_f32(dd), beta)
+    else:
+        beta = canonical_nan(beta) if cpu else beta
+        out = sigmoid_times_bf16(to_f32(src), to_f32(dd), beta, ftz=cpu)
+    return from_f32(out, dtype, nan_low_bits_clear=cpu)
+
+
+def softplus_kernel(x, beta, hints):
+    """(1/beta) log(1 + exp(beta x)) in the data's dtype (the forward op)."""
+    # A Python-float beta in a user's jit is a compile-time constant, and XLA
+    # rewrites a division by a constant into a multiplication by its rounded
+    # reciprocal: a second rounding (2.16 instead of 1.69 ulp at beta = 0.1)
+    # and other bits than an eager call. The barrier keeps beta opaque.
+    beta = lax.optimization_barrier(beta)
+    if x.dtype == np.float64:
+        return _math64.softplus(x, beta)
+    balance = not hints.beta_moderate
+    if x.dtype == np.float32:
+        compensate = not hints.beta_exact
+        kernel = functools.partial(softplus_f32, compensate=compensate, balance=balance)
+        # This kernel is traced outside any lowering rule (it is not a
+        # primitive's): the platform is known when XLA lowers it, which is
+        # where `platform_dependent` picks its branch (no run-time cond). Not
+        # under `jax.disable_jit`, where each op runs alone and nothing is
+        # contracted.
+        if compensate and fma_contracts() and not jax.config.jax_disable_jit:
+            fused = functools.partial(kernel, fused=True)
+            return lax.platform_dependent(x, beta, cpu=fused, default=kernel)
+        return kernel(x, beta)
+    y = softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
+    return from_f32(y, x.dtype)
