@@ -46,7 +46,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad
 
-from jax_softplus import _kernels, _math
+from jax_softplus import _kernels, _math, _wide
 from jax_softplus._primitive import bind
 
 _LOG2E = 1.4426950408889634
@@ -156,7 +156,10 @@ def _parts(terms, hints, src, beta, dd=None, factor=None):
     """The (v, k) pairs of a combination's terms, in beta's dtype."""
     cdt = beta.dtype
     src = src.astype(cdt)
-    ms, es = _frexp(src)
+    # A power of src multiplies only a slope term (n >= 1), which is 0 at an
+    # infinite src (`_slope_base`): its significand there is that of 0, not
+    # inf (inf * 0 would be NaN).
+    ms, es = _frexp(jnp.where(jnp.isinf(src), jnp.zeros_like(src), src))
     mb, eb = _frexp(beta)
     md, ed = (None, 0) if dd is None else _frexp(dd.astype(cdt))
     if factor is not None:
@@ -220,8 +223,9 @@ def _slope_base(hints, src, beta, md, ed, a):
         jnp.where(far, half, lax.neg(src)), md * _math.exp2_int(lift1, cdt), beta, hints
     )
     y = bind(jnp.where(far, half, src), y * _math.exp2_int(lift2, cdt), beta, hints)
-    # src**i s^(n)(beta src) -> 0 as src -> +-inf, for n >= 1.
-    y = jnp.where(jnp.isinf(src), jnp.zeros_like(y) * md, y)
+    # src**i s^(n)(beta src) -> 0 as src -> +-inf, for n >= 1 (beta != 0;
+    # for beta = 0, t = 0 * inf is NaN and stays so).
+    y = jnp.where(jnp.isinf(src) & (beta != 0), jnp.zeros_like(y) * md, y)
     return _normalized(y, ed - lift1 - lift2)
 
 
@@ -241,12 +245,42 @@ def _aligned_sum(parts):
     return _math.times_pow2(total, top)
 
 
+def _evaluate(wide, narrow, src, beta, *rest):
+    """`wide(src, beta, *rest)` on a CPU for float32 compute (in float64,
+    `_wide`), else `narrow(...)` (in the compute dtype, exponents carried
+    apart). The platform is picked when XLA lowers the computation, with no
+    run-time branch. A subnormal beta is 0, as the public boundary makes a
+    concrete one and as the CPU's arithmetic reads it (the exponent
+    bookkeeping would read its bits)."""
+    tiny = np.finfo(beta.dtype).tiny
+    beta = jnp.where(lax.abs(beta) < tiny, jnp.zeros_like(beta), beta)
+    if beta.dtype != np.float32:
+        return narrow(src, beta, *rest)
+    return lax.platform_dependent(src, beta, *rest, cpu=wide, default=narrow)
+
+
 # Each evaluation is a jit of its own: one dispatch where autodiff runs op
 # by op (an eager grad, an eager shard_map), one named call in a jaxpr.
 @partial(jax.jit, static_argnums=(0, 1))
 def combination_value(terms, hints, src, beta, dd=None):
     """A combination's value, not differentiable (see `combination`)."""
-    return _aligned_sum(_parts(terms, hints, src, beta, dd))
+    operands = (src, beta) if dd is None else (src, beta, dd)
+
+    def wide(src, beta, *dd):
+        return _wide.combination(terms, _slope_polynomial, src, beta, *dd)
+
+    def narrow(src, beta, *dd):
+        if not dd:
+            return _aligned_sum(_parts(terms, hints, src, beta))
+        # An infinite dd multiplies the sum, as in `_wide`: inf times each
+        # term would make inf - inf of a sum whose sign is known.
+        (dd,) = dd
+        big = jnp.isinf(dd)
+        unit = jnp.where(big, jnp.sign(dd), dd)
+        out = _aligned_sum(_parts(terms, hints, src, beta, unit))
+        return jnp.where(big, out * dd.astype(out.dtype), out)
+
+    return _evaluate(wide, narrow, *operands)
 
 
 def _derivative(terms, wrt):
@@ -393,14 +427,26 @@ def _dbeta_terms(k):
 @partial(jax.jit, static_argnums=(0, 1))
 def dbeta_value(k, hints, x, beta):
     """D_k = d^k softplus / d beta^k, not differentiable (`dsoftplus_dbeta`)."""
-    if k == 1:  # no sum to align
-        v, e, second = _dbeta1(hints, x, beta)
-        return _math.times_pow2(v, e) - second
-    terms, gamma = _dbeta_terms(k)
-    parts = _dbeta1_parts(hints, x, beta, gamma, 1 - k)
-    if terms:
-        parts += _parts(terms, hints, x, beta)
-    return _aligned_sum(parts)
+
+    def wide(x, beta):
+        return _wide.dbeta(k, _dbeta_terms, _slope_polynomial, x, beta)
+
+    def narrow(x, beta):
+        if k == 1:  # no sum to align
+            v, e, second = _dbeta1(hints, x, beta)
+            out = _math.times_pow2(v, e) - second
+        else:
+            terms, gamma = _dbeta_terms(k)
+            parts = _dbeta1_parts(hints, x, beta, gamma, 1 - k)
+            if terms:
+                parts += _parts(terms, hints, x, beta)
+            out = _aligned_sum(parts)
+        # softplus(+-inf, beta) does not depend on beta (beta != 0), where
+        # a s(-a) is inf * 0 in the evaluation.
+        flat = jnp.isinf(x) & (beta != 0)
+        return jnp.where(flat, jnp.zeros_like(out), out)
+
+    return _evaluate(wide, narrow, x, beta)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1))

@@ -71,7 +71,8 @@ def backward_kernel(src, dd, beta, hints, *, platform=None):
             compensate=not hints.beta_exact,
             balance=not hints.beta_moderate,
             ftz=cpu,
-            fused=cpu and fma_contracts() and not hints.beta_tiny,
+            fused=cpu and fma_contracts(),
+            tiny=hints.beta_tiny,
         )
         return fusion_fence(out, dd) if cpu else out
     if dtype == np.float16:

@@ -277,7 +277,7 @@ def _src_bounds(nbeta, like):
     )
 
 
-def _exp_reduce_fused(beta, x):
+def _exp_reduce_fused(beta, x, tiny=False):
     """exp(z) = 2**k (1 + p) for z = -beta * x exact, on targets that
     contract `a * b + c` into an FMA (`fma_contracts`). Returns (k_bits,
     deep, p): k_bits an int32 with k in its low bits (`_scale_bits` shifts
@@ -295,9 +295,21 @@ def _exp_reduce_fused(beta, x):
     constants are doubled. beta sits behind a barrier, before its negation
     (which XLA would otherwise leave out of the loop): XLA would fold the
     product of a constant src and beta, with no FMA.
+
+    Below |beta| = 5.4e-37 the bounds are beyond float32 (no finite src
+    reaches the saturated t), and an infinite src is clamped to the largest
+    float32 instead. `tiny` (|beta| < 2**-100 known at trace time,
+    `BetaHints.beta_tiny`) computes with beta 2**64 and src 2**-64 instead:
+    the same products (src 2**-64 flushes only where |t| < 2**-162, where
+    sigmoid rounds to 1/2), so the same bits for every finite src, and the
+    right ones at +-inf. One multiply more, at the head of the loop's
+    dependency chain: about 20% of the float32 loop at 16M elements, so not
+    for a beta that may be anything.
     """
     beta, zero = lax.optimization_barrier((beta, _F32(0)))
     nbeta = -beta
+    if tiny:
+        nbeta, x = nbeta * _F32(2.0**64), x * _F32(2.0**-64)
     lo, hi = _src_bounds(nbeta, x)
     xc = lax.select(x < lo, lo, x)
     xc = lax.select(xc > hi, hi, xc)
@@ -399,7 +411,7 @@ def _scaled(dd, d, y_scale, ftz):
 
 
 def sigmoid_times_f32(
-    src, dd, beta, *, compensate, balance=True, ftz=False, fused=False
+    src, dd, beta, *, compensate, balance=True, ftz=False, fused=False, tiny=False
 ):
     """dd * sigmoid(beta * src) for float32 data, about 2 ulp at worst.
 
@@ -409,10 +421,10 @@ def sigmoid_times_f32(
     subnormal results (`_scaled`). `fused`: the compiler contracts
     multiply-adds into FMAs, and the reduced argument comes from the exact
     product in one (`_exp_reduce_fused`, for any beta: `compensate` and
-    `balance` are then moot).
+    `balance` are then moot; `tiny`, |beta| < 2**-100, rescales the pair).
     """
     if fused:
-        k, deep, p = _exp_reduce_fused(beta, src)
+        k, deep, p = _exp_reduce_fused(beta, src, tiny)
     else:
         # -t = (-beta) * src exactly, with -beta formed once: the negation
         # costs nothing per element. exp(-t) = exp(z + zl).

@@ -226,17 +226,19 @@ def _is_real_dtype(dtype: Any) -> bool:
 
 
 class BetaHints(NamedTuple):
-    """What a concrete beta tells the lowering at trace time; both False for
-    a traced beta. They are the primitive's parameters and never change the
-    result's bits, only which steps the kernel may skip."""
+    """What a concrete beta tells the lowering at trace time; all False for
+    a traced beta. They are the primitive's parameters and change no bit of
+    the result for a finite src, only which steps the kernel may skip (or,
+    for `beta_tiny`, add)."""
 
     # beta * x is exact (beta is a power of two, or 0): no error-free product.
     beta_exact: bool = False
     # |beta| is in [2**-64, 2**64] (or 0): no rebalancing of beta and x.
     beta_moderate: bool = False
-    # 0 < |beta| < 2**-100: the backward op takes Dekker's product instead
-    # of the fused kernel, whose clamp of an infinite src cannot reach a
-    # |t| of 17 below |beta| = 5.4e-37 (`_math._src_bounds`).
+    # 0 < |beta| < 2**-100: the fused float32 backward kernel rescales the
+    # pair (beta 2**64, src 2**-64), the same products, so that an infinite
+    # src still reaches the saturated t below |beta| = 5.4e-37, where a
+    # traced beta's clamp cannot (`_math._exp_reduce_fused`).
     beta_tiny: bool = False
 
 

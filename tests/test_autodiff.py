@@ -106,9 +106,20 @@ def test_hessian_by_reverse_over_reverse():
 
 @pytest.mark.skipif(MECHANISM != "custom_vjp", reason="forward mode supported")
 def test_forward_mode_is_unsupported_on_jax_0_8():
-    # JAX 0.8 has no HiPrim with lin: softplus is a jax.custom_vjp there.
+    # JAX 0.8 has no HiPrim with lin: softplus is a jax.custom_vjp there,
+    # and each forward-mode route fails as docs/sharp_bits.md says.
+    ones = jnp.ones_like(X)
     with pytest.raises(TypeError, match="custom_vjp"):
-        jax.jvp(softplus, (X,), (jnp.ones_like(X),))
+        jax.jvp(softplus, (X,), (ones,))
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jacfwd(softplus)(X[0])
+    with pytest.raises(NotImplementedError, match="custom_lin"):
+        jax.grad(lambda x: jax.jvp(softplus, (x,), (jnp.ones_like(x),))[1].sum())(X)
+    _, f = jax.linearize(softplus, X)  # succeeds; applying it fails
+    with pytest.raises(TypeError, match="custom_vjp"):
+        f(ones)
+    # What works: forward over the reverse pass (jvp of grad, jax.hessian).
+    jax.jvp(jax.grad(lambda x: softplus(x).sum()), (X,), (ones,))
 
 
 @pytest.mark.skipif(MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8")

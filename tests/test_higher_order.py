@@ -310,3 +310,27 @@ def test_check_grads_to_order_4_at_extreme_betas(x64, beta):
     jax.test_util.check_grads(
         g, (jnp.float64(u), jnp.float64(v)), order=4, modes=(mode,)
     )
+
+
+@pytest.mark.parametrize(
+    "pqr, src, dd, beta",
+    [
+        ((2, 0, 0), 264.7468, -0.05886, -0.00668),  # 4.80 ulp (the naive: 1.8)
+        ((0, 2, 0), -91476.57, -0.09788, -4.97e-5),  # 5.40 eagerly, 4.40 jitted
+    ],
+)
+def test_float32_second_derivatives_that_were_over_the_bound(pqr, src, dd, beta):
+    f = derivatives.derivative("backward", pqr, "grad")
+    exact, _ = references.mp_derivative("backward", pqr, F32(src), F32(beta), F32(dd))
+    for g in (f, jax.jit(f)):
+        got = g(F32(src), F32(beta), F32(dd))
+        assert _ulps(got, float(exact)) <= 1, (got, float(exact))
+
+
+def test_the_second_beta_derivative_far_in_the_tail_of_a_tiny_beta():
+    # x 1.76e32, beta 1e-30 (t = 176): D_1's part flushed above t ~ 173 and
+    # was dropped, 1.1355e18 against 1.1485e18.
+    x, b = F32(1.76e32), F32(1e-30)
+    got = jax.grad(jax.grad(softplus, 1), 1)(x, b)
+    exact, _ = references.mp_derivative("softplus", (0, 2, 0), x, b)
+    assert _ulps(got, float(exact)) <= 1, (got, float(exact))

@@ -1,0 +1,136 @@
+"""The float64 kernels (`_math64`) against mpmath, from the rounded inputs:
+the points that were over the bound, the tails and extremes of beta and
+diff_dst, and their special values. The bounds are the search's
+(docs/accuracy.md); this file pins the cases one by one."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+from helpers import seed_of
+
+from jax_softplus import softplus, softplus_backward
+
+BOUND = 1.5  # ulps: the issue's, for values
+
+
+def _ulps(got, exact):
+    """|got - exact| in ulps of float64 at exact (mpmath), per element."""
+    out = []
+    for g, e in zip(np.ravel(np.asarray(got, np.float64)), exact, strict=True):
+        fe = float(e)
+        unit = 2.0 ** (np.frexp(fe)[1] - 53)
+        out.append(float(abs(mpmath.mpf(float(g)) - e) / unit))
+    return np.array(out)
+
+
+def _backward_exact(src, dd, beta):
+    with mpmath.workdps(40):
+        b = mpmath.mpf(float(beta))
+        return [
+            mpmath.mpf(float(d)) / (1 + mpmath.exp(-b * mpmath.mpf(float(s))))
+            for s, d in zip(np.ravel(src), np.ravel(dd), strict=True)
+        ]
+
+
+def _softplus_exact(x, beta):
+    with mpmath.workdps(40):
+        b = mpmath.mpf(float(beta))
+        return [
+            mpmath.log1p(mpmath.exp(b * mpmath.mpf(float(v)))) / b for v in np.ravel(x)
+        ]
+
+
+@pytest.mark.parametrize(
+    "src, dd, beta",
+    [
+        (5.216163601026504e-05, 0.8100831796620395, -47680.797245974536),
+        (-0.00031427439054583425, 3.2074035918677968, 5570.284982366827),
+    ],
+)
+def test_the_backward_points_that_were_over_the_bound(x64, src, dd, beta):
+    # 3.22 and 3.20 ulp with XLA's exp (the naive formula: 0.78 and 0.20).
+    got = softplus_backward(jnp.float64(src), jnp.float64(dd), beta)
+    assert _ulps(got, _backward_exact([src], [dd], beta)).max() <= 0.6
+
+
+@pytest.mark.parametrize(
+    "x, beta",
+    [
+        (-0.2780735057321637, 3.0),  # 3.11 ulp (PyTorch: 0.89)
+        (27731.58286488498, -2.55187632342283e-05),  # 2.80
+        (2.5e-308, 1.6e308),  # returned x: the log1p term flushed
+        (2.5e-308, -1.3e298),  # 25,800 ulp
+    ],
+)
+def test_the_softplus_points_that_were_over_the_bound(x64, x, beta):
+    got = softplus(jnp.float64(x), beta)
+    assert _ulps(got, _softplus_exact([x], beta)).max() <= 0.7
+
+
+@pytest.mark.parametrize("beta", (1.0, -2.5, 7.3, 1e-5, 1e5, 1e-300, -1.6e308))
+def test_both_ops_within_the_bound_across_the_range(x64, beta):
+    rng = np.random.default_rng(seed_of("float64 range", beta))
+    t = np.concatenate(
+        [rng.uniform(-40, 40, 96), rng.uniform(-745, -38, 32), rng.uniform(-3, 3, 64)]
+    )
+    src = t / beta
+    src = src[np.abs(src) >= np.finfo(np.float64).tiny]  # XLA:CPU reads 0
+    dd = 10.0 ** rng.uniform(-300, 300, src.size) * rng.choice([-1, 1], src.size)
+    got = softplus_backward(jnp.asarray(src), jnp.asarray(dd), beta)
+    exact = _backward_exact(src, dd, beta)
+    normal = np.array([abs(float(e)) >= np.finfo(np.float64).tiny for e in exact])
+    assert _ulps(np.asarray(got)[normal], np.array(exact)[normal]).max() <= BOUND
+    got = softplus(jnp.asarray(src), beta)
+    exact = _softplus_exact(src, beta)
+    normal = np.array([abs(float(e)) >= np.finfo(np.float64).tiny for e in exact])
+    assert _ulps(np.asarray(got)[normal], np.array(exact)[normal]).max() <= BOUND
+
+
+def test_the_deep_tail_and_the_extremes_of_diff_dst(x64):
+    # Where exp(-t) overflows but dd * sigmoid(t) is normal (t down to
+    # -1418), and dd at both ends of float64: the quotient's correction must
+    # neither underflow nor overflow.
+    rng = np.random.default_rng(7)
+    t = np.concatenate([rng.uniform(-1418, -700, 64), rng.uniform(-5, 5, 64)])
+    dd = np.concatenate(
+        [np.full(64, 1.7e308), rng.choice([1e-300, 2.3e-308, 1.79e308], 64)]
+    )
+    got = softplus_backward(jnp.asarray(t), jnp.asarray(dd), 1.0)
+    exact = _backward_exact(t, dd, 1.0)
+    normal = np.array([abs(float(e)) >= np.finfo(np.float64).tiny for e in exact])
+    assert normal.sum() > 64
+    assert _ulps(np.asarray(got)[normal], np.array(exact)[normal]).max() <= BOUND
+
+
+def test_special_values(x64):
+    inf, nan = np.inf, np.nan
+    src = jnp.array([inf, -inf, nan, 0.0, -0.0, 1.0, -inf, 3.0])
+    dd = jnp.array([2.0, 2.0, 2.0, 2.0, 2.0, inf, inf, 1.7976931348623157e308])
+    got = np.asarray(softplus_backward(src, dd, 1.5))
+    want = [
+        2.0,
+        0.0,
+        nan,
+        1.0,
+        1.0,
+        inf,
+        nan,
+        1.7976931348623157e308 / (1 + np.exp(-4.5)),
+    ]
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    got = np.asarray(softplus(jnp.array([inf, -inf, nan, 0.0]), 1.5))
+    np.testing.assert_allclose(got, [inf, 0.0, nan, np.log(2) / 1.5], rtol=1e-15)
+    assert softplus_backward(jnp.float64(3.0), jnp.float64(4.0), 0.0) == 2.0
+
+
+def test_a_reduction_keeps_the_backward_kernel_in_one_loop(x64):
+    # XLA:CPU's library fusion of a reduction cut the float64 kernel into
+    # four loops with three intermediates (1.5 MiB at 64K elements).
+    x = jnp.linspace(-3.0, 3.0, 1 << 16)
+    f = jax.jit(lambda s, d: jnp.sum(softplus_backward(s, d, 1.7)))
+    compiled = f.lower(x, x).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes <= x.nbytes

@@ -1,0 +1,80 @@
+"""Special inputs, cell by cell: docs/tables/specials.md says what every
+derivative returns at +-inf, NaN, -0.0, beta = 0, a subnormal beta (concrete
+and traced alike) and an infinite diff_dst; each cell is checked here in
+float32 and float64, with beta concrete and traced
+(`jax_softplus.tools.specials`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_softplus import softplus, softplus_backward
+from jax_softplus.tools import specials
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "docs" / "tables" / "specials.md"
+
+
+@pytest.mark.parametrize("dtype", (np.float32, np.float64), ids=("float32", "float64"))
+@pytest.mark.parametrize("table", specials.TABLES, ids=lambda t: t[0])
+def test_every_cell_holds(table, dtype):
+    fun, _, columns, rows, _ = table
+    failures = [
+        f"{row.label}, {name}: {'; '.join(fails)}"
+        for row, cells in specials.check(fun, columns, rows, dtypes=(dtype,))
+        for (_, name), (_, ok, fails) in zip(columns, cells, strict=True)
+        if not ok
+    ]
+    assert not failures, "\n".join(failures)
+
+
+def test_the_docs_table_is_the_checked_one():
+    committed = TABLE.read_text().split("\n\n", 1)[1]
+    assert committed == specials.expected_tables()
+    assert "Checked on " in TABLE.read_text()
+
+
+# The cases the issue reported, one by one ------------------------------------
+
+
+@pytest.mark.parametrize("src", (-np.inf, np.inf))
+def test_beta_derivatives_at_an_infinite_src_are_zero(x64, src):
+    # They were NaN: frexp(inf) = (inf, 0) multiplied the zeroed slope.
+    for dtype in (jnp.float32, jnp.float64):
+        args = (dtype(src), dtype(1.0), dtype(1.5))
+        f = jax.grad(softplus_backward, 2)
+        assert f(*args) == 0
+        assert jax.grad(f, 2)(*args) == 0
+        assert jax.grad(f, 0)(*args) == 0
+        assert jax.grad(jax.grad(f, 2), 2)(*args) == 0
+
+
+def test_a_masked_element_leaves_a_summed_beta_gradient_exact(x64):
+    # softplus(-inf, b) = 0 for every b: one masked activation made the
+    # learnable beta's gradient NaN (D_1 computed inf * 0).
+    for dtype, exact in ((jnp.float32, -0.5822031), (jnp.float64, -0.5822031088882179)):
+        x = jnp.array([-jnp.inf, 1.0, jnp.inf], dtype)
+
+        def loss(b, x=x):
+            return softplus(x, b).sum()
+
+        g = jax.grad(loss)(dtype(1.0))
+        np.testing.assert_allclose(float(g), exact, rtol=2e-7)
+        assert np.isfinite(float(jax.hessian(loss)(dtype(1.0))))
+
+
+@pytest.mark.parametrize("beta", (6e-39, -1e-40, 1.1e-38))
+def test_a_traced_subnormal_beta_is_a_concrete_one(beta):
+    # Both are 0: the derivatives' exponent bookkeeping read the bits of a
+    # traced one (d/dsrc 1.75e-12 traced, 0 concrete).
+    src, dd = jnp.float32(3.0), jnp.float32(1.0)
+    for argnum in (0, 1, 2):
+        f = jax.grad(softplus_backward, argnum)
+        concrete = f(src, dd, beta)
+        traced = jax.jit(f)(src, dd, jnp.float32(beta))
+        assert concrete == traced == f(src, dd, 0.0), argnum
