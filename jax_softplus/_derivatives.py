@@ -46,7 +46,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad
 
-from jax_softplus import _kernels, _math, _wide
+from jax_softplus import _kernels, _math, _math64, _wide
 from jax_softplus._primitive import bind
 
 _LOG2E = 1.4426950408889634
@@ -110,18 +110,36 @@ def _tanh_series(terms):
 
 # Below |t| = 1.4 tanh(t/2) from its series, to well below an ulp: XLA's
 # tanh and expm1 reach 3.8 and 4.8 ulp in float32 there (and tanh 6 ulp in
-# float64 near |t| = 37). Terms per dtype; the coefficients are computed on
-# first use, not at import.
-_TANH_TERMS = {np.dtype(np.float32): 10, np.dtype(np.float64): 22}
+# float64 near |t| = 37). At y = t/2 = 0.7 each term is 0.2 of the one
+# before: 12 terms leave 2**-28, 30 leave 2**-70. The coefficients are
+# computed on first use, not at import.
+_TANH_TERMS = {np.dtype(np.float32): 12, np.dtype(np.float64): 30}
 
 
-def _tanh_half(t, a, e):
-    """tanh(t / 2), a = |t|, e = e^-a: within 1.5 ulp in float32, 2 in
-    float64 (the series below a = 1.4, sign(t) (1 - e) / (1 + e) above)."""
+def _product_error(src, beta, t):
+    """The exact rounding error beta src - t of t = fl(beta src)."""
+    if t.dtype == np.float64:
+        return _math64.two_prod(beta * jnp.ones_like(src), src)[1]
+    return _math._product_error(beta * jnp.ones_like(src), src, t)
+
+
+def _tanh_half(hints, src, beta, t, a, w):
+    """tanh(t / 2) of the exact t = beta src, a = |t|, w = s(t) s(-t):
+    below a = 1.4 its series y + y**3 Q(y**2), y = t / 2 (only the smaller
+    term rounds), at the rounded t and corrected by the product's error
+    (d tanh(t/2) / dt = 2 w); above, 1 - 2 s(-a) from one bind (the kernel
+    takes the product exactly), whose subtraction cancels less than a third
+    of a bit. Within about 0.75 ulp in float64."""
     y = t * 0.5
     y2 = y * y
-    series = y * _horner(_tanh_series(_TANH_TERMS[np.dtype(t.dtype)]), y2)
-    return jnp.where(a < 1.4, series, jnp.sign(t) * (1 - e) / (1 + e))
+    coeffs = _tanh_series(_TANH_TERMS[np.dtype(t.dtype)])  # the first is 1
+    series = y + (
+        (y * y2) * _horner(coeffs[1:], y2) + 2 * w * _product_error(src, beta, t)
+    )
+    far = jnp.where(a < 1.4, jnp.zeros_like(src), -lax.abs(src))
+    tail = bind(far, jnp.ones_like(src), lax.abs(beta), hints)
+    closed = jnp.sign(t) * (1 - 2 * tail)
+    return jnp.where(a < 1.4, series, closed)
 
 
 def _frexp(v):
@@ -187,7 +205,8 @@ def _parts(terms, hints, src, beta, dd=None, factor=None):
             even, odd = _slope_polynomial(n)
             if w is None:
                 e = jnp.exp(-a)
-                w, tau = e / jnp.square(1 + e), _tanh_half(t, a, e)
+                w = e / jnp.square(1 + e)
+                tau = _tanh_half(hints, src, beta, t, a, w)
             poly = _horner(even, w) if any(even) else jnp.zeros_like(w)
             if any(odd):
                 poly = poly + tau * _horner(odd, w)
@@ -236,13 +255,18 @@ def _normalized(y, k):
     return m, k + e
 
 
-def _aligned_sum(parts):
-    """sum v * 2**k, each term scaled to the largest k before the sum (of
-    the terms that are not zero)."""
+def _aligned_pair(parts):
+    """(m, top) with sum v * 2**k = m 2**top: each term scaled to the
+    largest k (of the terms that are not zero) before the sum."""
     floor = np.int32(-(2**20))
     top = functools.reduce(jnp.maximum, [jnp.where(v == 0, floor, k) for v, k in parts])
     total = functools.reduce(lax.add, [_math.times_pow2(v, k - top) for v, k in parts])
-    return _math.times_pow2(total, top)
+    return total, top
+
+
+def _aligned_sum(parts):
+    """sum v * 2**k, aligned to the largest exponent (`_aligned_pair`)."""
+    return _math.times_pow2(*_aligned_pair(parts))
 
 
 def _evaluate(wide, narrow, src, beta, *rest):
@@ -375,41 +399,52 @@ def _combination_scaled_jvp(terms, hints, primals, tangents):
 
 
 def _dbeta1(hints, x, beta):
-    """D_1 = d softplus / d beta as (v, k, second): D_1 = v 2**k - second.
+    """D_1 = d softplus / d beta as two (v, k) pairs A, B with
+    D_1 = -(A + B) / |beta|.
 
     D_1 = -(a s(-a) + log1p(e^-a)) / beta**2, a = |beta x|: the same
     expression for either sign of beta x, and a sum of two positive terms,
     so nothing cancels (the textbook (x s(beta x) - softplus(x)) / beta
-    loses every digit for beta x above about 17). The first term is
-    |x| s(-a) / |beta|: one bind at (|x|, -|beta|), its operand's exponent
-    carried apart; the second softplus(-|x|, |beta|) / |beta|, the forward
-    op where it has no cancellation. Above a = 17 (38 in float64) the second
-    is s(-a) / beta**2 to below half an ulp and joins the first:
-    (|x| + 1/|beta|) s(-a) / |beta| = |x| (1 + 1/a) s(-a) / |beta|.
+    loses every digit for beta x above about 17). A = |x| s(-a) is one bind
+    at (|x|, -|beta|), its operand's exponent carried apart; B =
+    softplus(-|x|, |beta|), the forward op where it has no cancellation.
+    Above a = 17 (38 in float64) B is s(-a) / |beta| to below half an ulp
+    and joins A: (|x| + 1/|beta|) s(-a) = |x| (1 + 1/a) s(-a). The one
+    division by |beta| comes last, for both terms (`_dbeta1_value`).
     """
     cdt = beta.dtype
     ax = lax.abs(x.astype(cdt))
     ab = lax.abs(beta)
     a = ab * ax
     far = a > _DBETA_SWITCH[np.dtype(cdt)]
-    factor = jnp.where(far, 1 + lax.reciprocal(jnp.where(far, a, 1)), 1)
     mx, ex = _frexp(ax)
-    mb, eb = _frexp(ab)
     lift = _lift(a, cdt)
-    lifted = (mx * factor / mb) * _math.exp2_int(lift, cdt)
-    v = lax.neg(bind(ax, lifted, lax.neg(ab), hints))
-    second = _kernels.softplus_kernel(lax.neg(ax), ab, hints) / ab
-    return v, ex - eb - lift, jnp.where(far, jnp.zeros_like(second), second)
+    v = bind(ax, mx * _math.exp2_int(lift, cdt), lax.neg(ab), hints)
+    # (1 + 1/a) v as v + v / a: only the smaller term (below a fortieth of
+    # the sum) rounds.
+    inv = jnp.where(far, lax.reciprocal(jnp.where(far, a, 1)), 0)
+    first = _normalized(v + v * inv, ex - lift)
+    second = _kernels.softplus_kernel(lax.neg(ax), ab, hints)
+    second = _normalized(jnp.where(far, jnp.zeros_like(second), second), 0)
+    return first, second
+
+
+def _dbeta1_value(hints, x, beta):
+    """D_1 itself: (A + B) aligned, divided by |beta|'s significand (one
+    rounding), the exponents applied last."""
+    parts = _dbeta1(hints, x, beta)
+    mb, eb = _frexp(lax.abs(beta))
+    total, top = _aligned_pair(parts)
+    return _math.times_pow2(lax.neg(total) / mb, top - eb)
 
 
 def _dbeta1_parts(hints, x, beta, coef, j):
-    """coef * beta**j * D_1 as (v, k) pairs."""
-    v, k, second = _dbeta1(hints, x, beta)
-    parts = [_normalized(v * coef, k), _normalized(-coef * second, 0)]
-    if j:  # beta**j: its significand's power, its exponent's multiple
-        mb, eb = _frexp(beta)
-        parts = [(v * _power(mb, j), k + eb * j) for v, k in parts]
-    return parts
+    """coef * beta**j * D_1 as (v, k) pairs: -coef sign(beta)
+    beta**(j - 1) (A + B)."""
+    mb, eb = _frexp(beta)
+    scale = _power(mb, j - 1)
+    c = -coef * jnp.sign(beta)
+    return [(v * c * scale, k + eb * (j - 1)) for v, k in _dbeta1(hints, x, beta)]
 
 
 def _dbeta_terms(k):
@@ -432,9 +467,8 @@ def dbeta_value(k, hints, x, beta):
         return _wide.dbeta(k, _dbeta_terms, _slope_polynomial, x, beta)
 
     def narrow(x, beta):
-        if k == 1:  # no sum to align
-            v, e, second = _dbeta1(hints, x, beta)
-            out = _math.times_pow2(v, e) - second
+        if k == 1:
+            out = _dbeta1_value(hints, x, beta)
         else:
             terms, gamma = _dbeta_terms(k)
             parts = _dbeta1_parts(hints, x, beta, gamma, 1 - k)

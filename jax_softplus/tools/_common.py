@@ -13,8 +13,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
-_DTYPE_ALIASES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+DTYPES = {
+    "f32": jnp.float32,
+    "bf16": jnp.bfloat16,
+    "f16": jnp.float16,
+    "f64": jnp.float64,
+}
+_DTYPE_ALIASES = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float64": "f64",
+}
 
 
 def parse_dtype(text):
@@ -46,9 +56,10 @@ def sample_data(n, dtype, seed=0):
 
 
 def naive_backward(src, dd, beta):
-    """The plain formula users would write, in float32, rounded once."""
-    f32 = jnp.float32
-    out = dd.astype(f32) * jax.nn.sigmoid(jnp.asarray(beta, f32) * src.astype(f32))
+    """The plain formula users would write, in float32 (float64 for float64
+    data), rounded once."""
+    f = jnp.float64 if dd.dtype == jnp.float64 else jnp.float32
+    out = dd.astype(f) * jax.nn.sigmoid(jnp.asarray(beta, f) * src.astype(f))
     return out.astype(dd.dtype)
 
 
@@ -68,8 +79,10 @@ def to_torch(torch, x):
         np.dtype(jnp.float32): torch.float32,
         np.dtype(jnp.bfloat16): torch.bfloat16,
         np.dtype(jnp.float16): torch.float16,
+        np.dtype(jnp.float64): torch.float64,
     }[np.dtype(x.dtype)]
-    return torch.from_numpy(np.array(x.astype(jnp.float32))).to(dt)
+    wide = jnp.float64 if dt == torch.float64 else jnp.float32
+    return torch.from_numpy(np.array(x.astype(wide))).to(dt)
 
 
 def print_rows(rows, columns, file=None):

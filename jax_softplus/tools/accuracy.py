@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.tools import derivatives, references
+from jax_softplus.tools import _search, derivatives, references
 from jax_softplus.tools._common import (
     DTYPES,
     machine,
@@ -117,7 +117,8 @@ def _forward_impls(dtype) -> dict[str, Callable]:
 
 
 def _from_torch(t, dtype):
-    return jnp.asarray(t.float().numpy(), dtype)
+    wide = t.double() if np.dtype(dtype) == np.float64 else t.float()
+    return jnp.asarray(wide.numpy(), dtype)
 
 
 # --- measurement ----------------------------------------------------------------
@@ -133,9 +134,31 @@ class Result:
     max_ulp: float
     mean_ulp: float
     count: int
+    # Where the maximum occurs ("" where the cell is a plain sample).
+    worst: str = ""
+
+
+# float64: regions of t where each kernel's arithmetic differs, and
+# diff_dst over float64's range where only a large one keeps the result
+# normal (`_math64`).
+REGIONS_F64 = {
+    "backward": (
+        Region("core [-40, 40]", (-40.0, 40.0), (0.5, 2.0)),
+        Region("core, any diff_dst", (-40.0, 40.0), (1e-300, 1.7e308)),
+        Region("tail [-745, -40]", (-745.0, -40.0), (1.0, 1e300)),
+        Region("deep [-1418, -700]", (-1418.0, -700.0), (1e290, 1.79e308)),
+    ),
+    "forward": (
+        Region("core [-40, 40]", (-40.0, 40.0), (1.0, 1.0)),
+        Region("far [-745, -40]", (-745.0, -40.0), (1.0, 1.0)),
+        Region("positive [40, 1e6]", (40.0, 1e6), (1.0, 1.0)),
+    ),
+}
 
 
 def _regions_for(op, dt):
+    if dt == "f64":
+        return list(REGIONS_F64[op])
     if dt == "f16":
         # float16 results are normal only for |t| below about 20.
         return [Region("core [-20, 20]", (-20.0, 20.0), (0.5, 2.0))]
@@ -144,41 +167,119 @@ def _regions_for(op, dt):
     return [REGIONS["core"], REGIONS["far"]]
 
 
+def _inputs_f64(n, op, beta, region, rng):
+    """src and diff_dst for a float64 cell: t concentrated near the switch
+    points (`_search`), diff_dst log-uniform over the region's range with
+    a tenth of it at powers of two, where the kernel's normalization of
+    diff_dst changes binade."""
+    t = _search.concentrated(n, *region.t_range, _search.SWITCHES_F64[op], rng)
+    with np.errstate(over="ignore"):
+        src = t / np.float64(beta)
+    src = np.where(np.isfinite(src), src, np.sign(src) * np.finfo(np.float64).max)
+    lo, hi = np.log2(region.dd_range[0]), np.log2(region.dd_range[1])
+    e = rng.uniform(lo, hi, n)
+    e = np.where(rng.random(n) < 0.1, np.round(e), e)
+    dd = np.exp2(e) * rng.choice([-1.0, 1.0], n)
+    return src, dd
+
+
+def _measure_f64(n, op, beta, region, impls, rng, refine=True):
+    """The float64 cell: each implementation against mpmath on the
+    concentrated sample; for jax_softplus also the local search from the
+    worst points (`_search.refine`), whose maximum is the cell's."""
+    src, dd = _inputs_f64(n, op, beta, region, rng)
+    dtype = np.float64
+
+    def exact(s, d):
+        return references.exact_values(op, s, beta, d if op == "backward" else None)
+
+    def call(f, s, d):
+        args = (s, d, beta) if op == "backward" else (s, beta)
+        return np.asarray(f(*(jnp.asarray(a) for a in args[:-1]), beta))
+
+    ref = exact(src, dd)
+    out = []
+    for name, f in impls.items():
+        err = references.derivative_error(
+            call(f, src, dd), ref, np.abs(ref.real), dtype
+        )
+        if not err.size:
+            continue
+        worst = ""
+        top = float(np.max(err))
+        if refine and name == OURS:
+
+            def errors(inputs, f=f):
+                s, d = inputs["src"], inputs["dd"]
+                r = exact(s, d)
+                e = np.full(s.size, np.nan)
+                normal = references.normal_exact(r, dtype)
+                e[normal] = references.derivative_error(
+                    call(f, s, d), r, np.abs(r.real), dtype
+                )
+                return e
+
+            found, at = _search.refine(errors, {"src": src, "dd": dd}, dtype)
+            if found > top:
+                top = found
+            k = int(np.argmax(err))
+            at = at if found >= float(np.max(err)) else {"src": src[k], "dd": dd[k]}
+            worst = f"src={float(at['src'])!r}" + (
+                f", diff_dst={float(at['dd'])!r}" if op == "backward" else ""
+            )
+        out.append((name, top, float(np.mean(err)), int(err.size), worst))
+    return out
+
+
+OURS = "jax_softplus"
+
+
 def measure(n=200_000, dtypes=("f32", "bf16", "f16"), betas=BETAS, seed=0, log=None):
     rng = np.random.default_rng(seed)
     results = []
-    for dt in dtypes:
-        dtype = DTYPES[dt]
-        impls = {"backward": _backward_impls(dtype), "forward": _forward_impls(dtype)}
-        for beta in betas:
-            for op in ("backward", "forward"):
-                for region in _regions_for(op, dt):
-                    if log:
-                        log(f"{op} {dt} beta={beta} {region.name}")
-                    src, dd = _inputs(n, beta, dtype, region, rng)
-                    if op == "backward":
-                        ref = backward_ref(src, dd, beta)
-                        calls = {k: (f, (src, dd, beta)) for k, f in impls[op].items()}
-                    else:
-                        ref = softplus_ref(src, beta)
-                        calls = {k: (f, (src, beta)) for k, f in impls[op].items()}
-                    for name, (f, args) in calls.items():
-                        err = ulp_error(f(*args), ref, dtype)
-                        if not err.size:
-                            continue
-                        results.append(
-                            Result(
-                                op,
-                                dt,
-                                beta,
-                                region.name,
-                                name,
-                                float(np.nanmax(err)),
-                                float(np.nanmean(err)),
-                                int(err.size),
-                            )
-                        )
+    previous = jax.config.jax_enable_x64
+    try:
+        for dt in dtypes:
+            jax.config.update("jax_enable_x64", dt == "f64")
+            results += _measure_dtype(n, dt, betas, rng, log)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
     return results
+
+
+def _measure_dtype(n, dt, betas, rng, log):
+    dtype = DTYPES[dt]
+    impls = {"backward": _backward_impls(dtype), "forward": _forward_impls(dtype)}
+    results = []
+    for beta in betas:
+        for op in ("backward", "forward"):
+            for region in _regions_for(op, dt):
+                if log:
+                    log(f"{op} {dt} beta={beta} {region.name}")
+                if dt == "f64":
+                    rows = _measure_f64(n, op, beta, region, impls[op], rng)
+                else:
+                    rows = _measure_sample(n, op, beta, dtype, region, impls[op], rng)
+                results += [Result(op, dt, beta, region.name, *row) for row in rows]
+    return results
+
+
+def _measure_sample(n, op, beta, dtype, region, impls, rng):
+    """A float32 / bfloat16 / float16 cell: a uniform sample against the
+    float64 reference (the exhaustive run covers every float32 src)."""
+    src, dd = _inputs(n, beta, dtype, region, rng)
+    if op == "backward":
+        ref, args = backward_ref(src, dd, beta), (src, dd, beta)
+    else:
+        ref, args = softplus_ref(src, beta), (src, beta)
+    out = []
+    for name, f in impls.items():
+        err = ulp_error(f(*args), ref, dtype)
+        if err.size:
+            out.append(
+                (name, float(np.nanmax(err)), float(np.nanmean(err)), int(err.size), "")
+            )
+    return out
 
 
 def mpmath_spot_check(n=200, seed=1):
@@ -285,25 +386,34 @@ class DerivativeResult:
     max_error: float  # ulps for orders 1 and 2, relative for 3 and 4
     unit: str
     count: int
+    worst: str = ""  # where jax_softplus's maximum occurs
 
 
 def _derivative_inputs(n, log_range, dtype, dd_range, rng):
     """(x, beta, dd) per beta: 4 betas log-uniform over the range, either
-    sign; t = beta x half within [-30, 30], half over the normal range."""
+    sign; t = beta x half within [-30, 30], half over the normal range, each
+    with a share near the derivative families' switch points
+    (`_search.SWITCHES_DERIVATIVES`, both signs)."""
     span = 180.0 if dtype == np.float32 else 740.0
+    points = [p for q in _search.SWITCHES_DERIVATIVES for p in (q, -q)]
     for _ in range(4):
         b = dtype(10.0 ** rng.uniform(*log_range) * rng.choice([-1.0, 1.0]))
         m = max(n // 4, 2)
         t = np.concatenate(
-            [rng.uniform(-30, 30, m // 2), rng.uniform(-span, span, m - m // 2)]
+            [
+                _search.concentrated(m // 2, -30.0, 30.0, points, rng),
+                _search.concentrated(m - m // 2, -span, span, points, rng),
+            ]
         )
         dd = 10.0 ** rng.uniform(*dd_range, m) * rng.choice([-1.0, 1.0], m)
-        yield (t / np.float64(b)).astype(dtype), b, dd.astype(dtype)
+        with np.errstate(over="ignore"):
+            x = (t / np.float64(b)).astype(dtype)
+        yield x, b, dd.astype(dtype)
 
 
 def measure_derivatives(
-    n=2000,
-    n64=200,
+    n=10_000,
+    n64=10_000,
     dtypes=("f32", "f64"),
     betas=tuple(BETA_RANGES),
     seed=0,
@@ -318,6 +428,8 @@ def measure_derivatives(
     Orders 1 and 2 in ulps of the exact value (of the sum of its terms'
     magnitudes where the derivative has a zero of its own), orders 3 and 4
     as a relative error; only elements whose exact value is normal count.
+    `n` and `n64` points per cell (float32, float64); jax_softplus's
+    maximum is that of a local search from the cell's worst points too.
     """
     rows = [d for d in DERIVATIVES if quantities is None or d[0] in quantities]
     torch = torch_or_none()
@@ -350,6 +462,7 @@ def measure_derivatives(
 
 def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
     errs: dict = {}
+    worst: dict = {}  # (q, route) -> (error, x, beta, dd, errors) of ours
     specs = tuple((d[0], d[1], d[2]) for d in group)
     for x, b, dd in _derivative_inputs(n, BETA_RANGES[label], dtype, dd_range, rng):
         refs = references.exact_derivatives(
@@ -359,7 +472,7 @@ def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
         for route in dict.fromkeys(d[3] for d in group):
             names = tuple(s for s, d in zip(specs, group, strict=True) if d[3] == route)
             impls = {
-                "jax_softplus": derivatives.compiled(route, names),
+                OURS: derivatives.compiled(route, names),
                 "naive formula": derivatives.compiled(route, names, _NAIVE),
             }
             for impl, fn in impls.items():
@@ -369,6 +482,13 @@ def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
                         got[q], *refs[q], dtype, sum(pqr) > 2
                     )
                     errs.setdefault((q, impl), []).append(e)
+                    if impl == OURS and e.size:
+                        normal = references.normal_exact(refs[q][0], dtype)
+                        full = np.full(x.size, np.nan)
+                        full[normal] = e
+                        top = worst.get((q, route))
+                        if top is None or e.max() > top[0]:
+                            worst[(q, route)] = (e.max(), x, b, dd, full)
             if torch is not None:
                 for q, f, pqr in names:
                     got = _torch_derivative(torch, f, pqr, x, b, dd, dtype)
@@ -377,22 +497,57 @@ def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
                             got, *refs[q], dtype, sum(pqr) > 2
                         )
                         errs.setdefault((q, "PyTorch autograd"), []).append(e)
+    found = {}
+    for (q, route), (_, x, b, dd, full) in worst.items():
+        spec = next(s for s in specs if s[0] == q)
+        found[q] = _refine_derivative(spec, route, dtype, x, b, dd, full)
     out = []
     for (q, impl), parts in errs.items():
         err = np.concatenate(parts)
         order = sum(next(d[2] for d in group if d[0] == q))
+        top = float(err.max()) if err.size else float("nan")
+        where = ""
+        if impl == OURS and q in found:
+            top = max(top, found[q][0])
+            where = found[q][1]
         out.append(
             DerivativeResult(
                 q,
                 dt,
                 label,
                 impl,
-                float(err.max()) if err.size else float("nan"),
+                top,
                 "ulp" if order <= 2 else "relative",
                 int(err.size),
+                where,
             )
         )
     return out
+
+
+def _refine_derivative(spec, route, dtype, x, b, dd, full, keep=8):
+    """The local search (`_search.refine`) from a cell's worst points for
+    one quantity of jax_softplus: (max error, where)."""
+    q, fun, pqr = spec
+    fn = derivatives.compiled(route, (spec,))
+    relative = sum(pqr) > 2
+
+    def errors(inputs):
+        xs, ds = inputs["x"], inputs["dd"]
+        beta = inputs["beta"]
+        refs = references.exact_derivatives({q: (fun, pqr)}, xs, beta, ds)
+        got = fn(jnp.asarray(xs), jnp.asarray(beta), jnp.asarray(ds))[q]
+        ref = refs[q]
+        e = np.full(xs.size, np.nan)
+        normal = references.normal_exact(ref[0], dtype)
+        e[normal] = references.derivative_error(got, *ref, dtype, relative)
+        return e
+
+    order = np.argsort(np.nan_to_num(full, nan=-1.0))[-keep:]
+    start = {"x": x[order], "dd": dd[order], "beta": np.asarray(b, dtype)}
+    err, at = _search.refine(errors, start, dtype, rounds=3, keep=keep)
+    where = f"x={float(at['x'])!r}, beta={float(b)!r}, diff_dst={float(at['dd'])!r}"
+    return err, where
 
 
 def _fmt_error(v, unit):

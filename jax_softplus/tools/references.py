@@ -250,3 +250,33 @@ def derivative_error(got, ref, scale, dtype, relative=False) -> np.ndarray:
         diff = np.abs((np.asarray(got, np.float64)[normal] - hi[normal]) - lo[normal])
         err = diff / unit
     return np.where(np.isnan(err), np.inf, err)
+
+
+# Values in mpmath, for float64 -------------------------------------------------
+
+
+def exact_values(op, x, beta, dd=None):
+    """The exact value of `op` ("backward" or "forward") per element, as a
+    float64 pair hi + 1j * lo (`derivative_error` compares a float64 result
+    with the exact value, not with its rounding). A subnormal float64 input
+    is 0, as XLA:CPU reads it."""
+    import mpmath
+
+    tiny = np.finfo(np.float64).tiny
+    x = np.where(np.abs(np.asarray(x, np.float64)) < tiny, 0.0, x)
+    if dd is not None:
+        dd = np.where(np.abs(np.asarray(dd, np.float64)) < tiny, 0.0, dd)
+    hi, lo = np.empty(len(x)), np.empty(len(x))
+    with mpmath.workdps(40):
+        b = mpmath.mpf(float(beta))
+        for k, xv in enumerate(x):
+            t = b * mpmath.mpf(float(xv))
+            if op == "backward":
+                v = mpmath.mpf(float(dd[k])) / (1 + mpmath.exp(-t))
+            elif t > 0:
+                v = mpmath.mpf(float(xv)) + mpmath.log1p(mpmath.exp(-t)) / b
+            else:
+                v = mpmath.log1p(mpmath.exp(t)) / b
+            hi[k] = float(v)
+            lo[k] = float(v - hi[k]) if mpmath.isfinite(v) else 0.0
+    return hi + 1j * lo

@@ -1,0 +1,311 @@
+"""Every finite float32 src, at a set of betas: `python maintainers/exhaustive.py`.
+
+The float32 values and first derivatives of both ops, for each of the 2**32
+bit patterns of `src` that is a finite float32 (4,278,190,080 of them) at
+each beta of `BETAS`, against a float64 NumPy reference computed from the
+float32 inputs (no formula here cancels in float64: see `_reference`).
+`diff_dst` is drawn per element, log-uniform over the binades 2**-40 to
+2**127 with either sign, so that the tails where only a large diff_dst
+keeps the result normal are reached too. Only results whose exact value is
+a normal float32 count (XLA:CPU flushes subnormals).
+
+`--tables DIR` writes exhaustive.md and exhaustive.json: per quantity and
+beta, the maximum error in ulps, the input where it occurs, and how many
+elements counted; the machine, the commit and the stride. The full run
+takes about two hours on 2 cores; `--stride N` takes every N-th bit pattern
+(tests/test_exhaustive.py runs the same code with a large stride).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_softplus import softplus, softplus_backward
+from jax_softplus.tools._common import machine, machine_line
+
+# The betas the issue names: both signs, powers of two and not, the
+# extremes where the kernels rebalance beta.
+BETAS = (1.0, -1.0, 0.5, 1.7, 3.0, 7.3, -2.5, 1e-3, 1e3, 2.0**-20, 3e30)
+QUANTITIES = (
+    "softplus_backward",
+    "softplus",
+    "d softplus/dx",
+    "d softplus/dbeta",
+    "d softplus_backward/dsrc",
+    "d softplus_backward/dbeta",
+    "d softplus_backward/d diff_dst",
+)
+_TINY = float(np.finfo(np.float32).tiny)
+_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass
+class Cell:
+    quantity: str
+    beta: float
+    max_ulp: float
+    count: int
+    src: float  # the worst input
+    diff_dst: float
+    got: float
+    exact: float
+
+
+def bit_patterns(start, stop, stride):
+    """The finite float32 values among the bit patterns start, start +
+    stride, ... below stop (uint32 arithmetic)."""
+    bits = np.arange(start, stop, stride, dtype=np.uint64).astype(np.uint32)
+    values = bits.view(np.float32)
+    return values[np.isfinite(values)]
+
+
+def diff_dst_for(n, seed):
+    """Per element: +-(1 + u) 2**e, e uniform in [-40, 127]."""
+    rng = np.random.default_rng(seed)
+    e = rng.integers(-40, 128, n)
+    m = 1.0 + rng.random(n)
+    sign = rng.choice(np.float64([-1.0, 1.0]), n)
+    with np.errstate(over="ignore"):
+        dd = (sign * np.ldexp(m, e)).astype(np.float32)
+    return np.where(np.isfinite(dd), dd, np.float32(3e38) * np.sign(dd))
+
+
+@jax.jit
+def _ours(src, dd, beta):
+    """Every quantity per element, beta traced (the bits of a concrete beta:
+    tests/test_backward.py)."""
+    ones = jnp.ones_like(src)
+    return (
+        softplus_backward(src, dd, beta),
+        softplus(src, beta),
+        jax.grad(lambda x: softplus(x, beta).sum())(src),
+        jax.vmap(jax.grad(softplus, 1), (0, None))(src, beta),
+        jax.grad(lambda s: softplus_backward(s, dd, beta).sum())(src),
+        jax.vmap(jax.grad(softplus_backward, 2), (0, 0, None))(src, dd, beta),
+        jax.grad(lambda d: softplus_backward(src, d, beta).sum())(ones),
+    )
+
+
+class _Reference:
+    """The quantities in float64 from the float32 inputs, into buffers
+    reused from chunk to chunk (a float64 temporary per operation would
+    cost more in page faults than the arithmetic).
+
+    A subnormal input is 0, as XLA:CPU reads it (denormals-are-zero). t =
+    beta src is exact; exp, log1p and the divisions round once each (about
+    2**-52 relative), and every formula is a product or a sum of terms of
+    one sign: sigmoid(t) = 1 / (1 + e) or e / (1 + e), e = exp(-|t|), and
+    d softplus / d beta = -(|t| s(-|t|) + log1p(e)) / beta**2.
+    """
+
+    _NAMES = ("s", "d", "t", "a", "e", "u", "neg", "sig", "w", "log1p")
+
+    def __init__(self, n):
+        self.buf = {k: np.empty(n) for k in self._NAMES}
+        self.out = [np.empty(n) for _ in QUANTITIES]
+
+    def __call__(self, src, dd, beta):
+        n = src.size
+        s, d, t, a, e, u, neg, sig, w, log1p = (self.buf[k][:n] for k in self._NAMES)
+        out = [o[:n] for o in self.out]
+        b = np.float64(np.float32(beta))
+        np.copyto(s, src)
+        s[np.abs(s) < _TINY] = 0.0
+        np.copyto(d, dd)
+        d[np.abs(d) < _TINY] = 0.0
+        np.multiply(s, b, out=t)
+        np.abs(t, out=a)
+        np.negative(a, out=e)
+        np.exp(e, out=e)
+        np.add(e, 1.0, out=u)
+        np.divide(1.0, u, out=u)  # s(|t|)
+        np.multiply(e, u, out=neg)  # s(-|t|)
+        np.copyto(sig, u)
+        np.copyto(sig, neg, where=t < 0)
+        np.multiply(neg, u, out=w)  # s(t) s(-t)
+        np.log1p(e, out=log1p)
+        np.multiply(d, sig, out=out[0])
+        np.divide(log1p, b, out=out[1])
+        np.add(out[1], s, out=out[1], where=t > 0)
+        np.copyto(out[2], sig)
+        np.multiply(a, neg, out=out[3])
+        np.add(out[3], log1p, out=out[3])
+        np.multiply(out[3], -1.0 / (b * b), out=out[3])
+        np.multiply(d, w, out=out[4])
+        np.multiply(out[4], s, out=out[5])
+        np.multiply(out[4], b, out=out[4])
+        np.copyto(out[6], sig)
+        return out
+
+
+def _worst(got, exact, tmp):
+    """(max error in float32 ulps, its index, count) where the exact value is
+    a normal float32; NaN or inf where it is normal counts as inf."""
+    np.abs(exact, out=tmp)
+    normal = (tmp >= _TINY) & (tmp <= _MAX)
+    count = int(np.count_nonzero(normal))
+    if not count:
+        return 0.0, -1, 0
+    # 1 / ulp at exact, exactly: the float64 exponent less float32's 23
+    # mantissa bits, negated, rebuilt as a power of two.
+    exponent = exact.view(np.int64) >> 52 & 0x7FF
+    inv_ulp = ((2046 + 23 - exponent) << 52).view(np.float64)
+    np.subtract(got, exact, out=tmp)
+    np.abs(tmp, out=tmp)
+    np.multiply(tmp, inv_ulp, out=tmp)
+    tmp[np.isnan(tmp)] = np.inf
+    tmp[~normal] = -1.0
+    k = int(np.argmax(tmp))
+    return float(tmp[k]), k, count
+
+
+def run(betas=BETAS, stride=1, chunk=1 << 20, log=None):
+    """{(quantity, beta): Cell} over every stride-th bit pattern. JAX works
+    on the next (chunk, beta) while NumPy checks the current one."""
+    cells = {
+        (q, b): Cell(q, b, 0.0, 0, np.nan, np.nan, np.nan, np.nan)
+        for b in betas
+        for q in QUANTITIES
+    }
+    total = 1 << 32
+    starts = range(0, total, chunk * stride)
+    reference = _Reference(chunk)
+    tmp = np.empty(chunk)
+    got64 = np.empty(chunk)
+    started = time.perf_counter()
+
+    def jobs():
+        for i, start in enumerate(starts):
+            src = bit_patterns(start, min(start + chunk * stride, total), stride)
+            if src.size:
+                dd = diff_dst_for(src.size, i)
+                for beta in betas:
+                    yield i, src, dd, beta
+
+    def check(job, got):
+        i, src, dd, beta = job
+        n = src.size
+        exact = reference(src, dd, beta)
+        for q, g, r in zip(QUANTITIES, got, exact, strict=True):
+            g64 = got64[:n]
+            np.copyto(g64, np.asarray(g))
+            err, k, count = _worst(g64, r, tmp[:n])
+            cell = cells[(q, beta)]
+            cell.count += count
+            if count and err > cell.max_ulp:
+                cell.max_ulp = err
+                cell.src, cell.diff_dst = float(src[k]), float(dd[k])
+                cell.got, cell.exact = float(g64[k]), float(r[k])
+        if log and beta == betas[-1]:
+            done = (i + 1) / len(starts)
+            spent = time.perf_counter() - started
+            log(f"{done:6.1%} of the bit patterns, {spent / done - spent:6.0f} s left")
+
+    pending = None
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        for job in jobs():
+            launched = (job, _ours(job[1], job[2], np.float32(job[3])))  # async
+            if pending is not None:
+                check(*pending)
+            pending = launched
+        if pending is not None:
+            check(*pending)
+    return cells
+
+
+def markdown(cells, stride) -> str:
+    """One table: a row per quantity, a column per beta (max ulp)."""
+    betas = list(dict.fromkeys(c.beta for c in cells.values()))
+    quantities = list(dict.fromkeys(c.quantity for c in cells.values()))
+    which = (
+        "every finite float32 src" if stride == 1 else f"every {stride}-th bit pattern"
+    )
+    out = [f"Max error in float32 ulps over {which}:\n"]
+    out.append("| quantity | " + " | ".join(f"beta = {b:g}" for b in betas) + " |")
+    out.append("|---|" + "---:|" * len(betas))
+    for q in quantities:
+        row = [f"{cells[(q, b)].max_ulp:.3f}" for b in betas]
+        out.append(f"| {q} | " + " | ".join(row) + " |")
+    out.append("\nWhere each maximum occurs (src, diff_dst, got, exact):\n")
+    out.append("| quantity | beta | src | diff_dst | got | exact | ulp | counted |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for c in cells.values():
+        out.append(
+            f"| {c.quantity} | {c.beta:g} | {c.src!r} | {c.diff_dst!r} | {c.got!r} | "
+            f"{c.exact!r} | {c.max_ulp:.3f} | {c.count:,} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _commit():
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_tables(directory, cells, stride, seconds):
+    os.makedirs(directory, exist_ok=True)
+    m = machine()
+    where = (
+        f"Measured on {machine_line(m)}, commit {_commit()}, in {seconds / 60:.0f} "
+        f"minutes; written by `python maintainers/exhaustive.py --tables "
+        f"{directory}`."
+    )
+    with open(os.path.join(directory, "exhaustive.md"), "w") as f:
+        f.write(where + "\n\n" + markdown(cells, stride))
+    with open(os.path.join(directory, "exhaustive.json"), "w") as f:
+        json.dump(
+            {
+                "machine": m,
+                "commit": _commit(),
+                "stride": stride,
+                "seconds": seconds,
+                "cells": [asdict(c) for c in cells.values()],
+            },
+            f,
+            indent=1,
+        )
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python maintainers/exhaustive.py", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--stride", type=int, default=1, help="every N-th bit pattern")
+    p.add_argument("--tables", metavar="DIR", help="write exhaustive.md/.json")
+    args = p.parse_args(argv)
+    if args.stride < 1:
+        p.error("--stride must be at least 1")
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    cells = run(stride=args.stride, log=log)
+    seconds = time.perf_counter() - started
+    print(markdown(cells, args.stride))
+    if args.tables:
+        write_tables(args.tables, cells, args.stride, seconds)
+        print(f"tables written to {args.tables}")
+
+
+if __name__ == "__main__":
+    main()
