@@ -172,3 +172,42 @@ def test_the_plot_is_drawn_at_a_beta_the_run_measured(monkeypatch, capsys):
     )
     assert drawn == [1.0]
     assert "plot (beta = 1)" in capsys.readouterr().out
+
+
+def test_float64_cells_with_the_search(capsys, x64):
+    # `--dtypes f64` answered "unknown dtype 'f64'". The cells measure
+    # against mpmath, a share of the inputs near the kernels' switch points,
+    # and report where the maximum is.
+    rows = accuracy.measure(n64=300, dtypes=("f64",), betas=(1.7, 1e200), seed=5)
+    ours = [r for r in rows if r.impl == "jax_softplus"]
+    regions = accuracy.REGIONS_F64
+    assert len(ours) == 2 * (len(regions["backward"]) + len(regions["forward"]))
+    assert all(r.worst.startswith("src=") for r in ours)
+    assert max(r.max_ulp for r in ours) <= 1.0
+    naive = [r for r in rows if r.impl == "naive XLA" and r.region.startswith("tail")]
+    assert min(r.max_ulp for r in naive) > 1e6  # exp(-t) underflows there
+
+
+def test_the_local_search_walks_to_a_worse_neighbour():
+    # A planted error that grows towards src = 1 + 2**20 ulps: the search
+    # from a point 2**20 ulps away finds the peak's neighbourhood.
+    from jax_softplus.tools import _search
+
+    peak = _search.step(np.float64([1.0]), 1 << 21, np.float64)[0]
+
+    def errors(inputs):
+        distance = np.abs(inputs["src"] - peak) / np.spacing(1.0)
+        return 1.0 / (1.0 + distance)
+
+    start = {"src": np.float64([1.0, 3.0]), "beta": np.float64(1.0)}
+    found, at = _search.refine(errors, start, np.float64, rounds=4, keep=2)
+    assert found > errors(start).max() * 100
+    assert abs(at["src"] - peak) < 1e-9
+
+
+@pytest.mark.parametrize("flag", ["-n", "--n64", "--nd"])
+def test_an_empty_sample_is_refused(flag, capsys):
+    # `-n 0` printed an empty table and exited 0.
+    with pytest.raises(SystemExit):
+        accuracy.main([flag, "0"])
+    assert "must be at least 1" in capsys.readouterr().err

@@ -20,6 +20,7 @@ import argparse
 import importlib.util
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -43,6 +44,8 @@ from jax_softplus.tools._common import (
 from jax_softplus.tools.references import _f64, backward_ref, softplus_ref, ulp_error
 
 BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
+# float64 also at betas the kernels rebalance (|beta| beyond 2**512).
+EXTREME_BETAS_F64 = (1e200, -1e-200)
 
 
 # --- inputs -------------------------------------------------------------------
@@ -178,7 +181,7 @@ def _inputs_f64(n, op, beta, region, rng):
     src = np.where(np.isfinite(src), src, np.sign(src) * np.finfo(np.float64).max)
     lo, hi = np.log2(region.dd_range[0]), np.log2(region.dd_range[1])
     e = rng.uniform(lo, hi, n)
-    e = np.where(rng.random(n) < 0.1, np.round(e), e)
+    e = np.where(rng.random(n) < 0.1, np.floor(e), e)
     dd = np.exp2(e) * rng.choice([-1.0, 1.0], n)
     return src, dd
 
@@ -234,14 +237,31 @@ def _measure_f64(n, op, beta, region, impls, rng, refine=True):
 OURS = "jax_softplus"
 
 
-def measure(n=200_000, dtypes=("f32", "bf16", "f16"), betas=BETAS, seed=0, log=None):
+def measure(
+    n=200_000,
+    dtypes=("f32", "bf16", "f16"),
+    betas=None,
+    seed=0,
+    log=None,
+    n64=100_000,
+):
+    """The value cells: per dtype, beta and region, each implementation's
+    max and mean error in ulps. `n` points per float32/bfloat16/float16
+    cell (a uniform sample against float64 NumPy), `n64` per float64 cell
+    (against mpmath, concentrated near the switch points, with the local
+    search). `betas` None: `BETAS`, and for float64 `EXTREME_BETAS_F64` too.
+    """
     rng = np.random.default_rng(seed)
     results = []
     previous = jax.config.jax_enable_x64
     try:
         for dt in dtypes:
             jax.config.update("jax_enable_x64", dt == "f64")
-            results += _measure_dtype(n, dt, betas, rng, log)
+            chosen = betas
+            if chosen is None:
+                chosen = BETAS + (EXTREME_BETAS_F64 if dt == "f64" else ())
+            count = n64 if dt == "f64" else n
+            results += _measure_dtype(count, dt, chosen, rng, log)
     finally:
         jax.config.update("jax_enable_x64", previous)
     return results
@@ -653,13 +673,37 @@ def values_summary_markdown(results) -> str:
     return "\n".join(out) + "\n"
 
 
+def _worst_markdown(results):
+    rows = [r for r in results if r.impl == OURS and r.worst]
+    out = ["| op | beta | region | max ulp | at |", "|---|---:|---|---:|---|"]
+    for r in rows:
+        out.append(
+            f"| {r.op} | {r.beta:g} | {r.region} | {r.max_ulp:.3f} | {r.worst} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _worst_derivatives(rows):
+    out = [
+        "| quantity | dtype | \\|beta\\| | max error | at |",
+        "|---|---|---|---:|---|",
+    ]
+    for r in rows:
+        if r.impl == OURS and r.worst:
+            err = _fmt_error(r.max_error, r.unit)
+            out.append(f"| {r.quantity} | {r.dtype} | {r.betas} | {err} | {r.worst} |")
+    return "\n".join(out) + "\n"
+
+
 def _details(summary, body):
     return f"<details markdown>\n<summary>{summary}</summary>\n\n{body}\n</details>\n"
 
 
 def write_tables(directory, results, derivative_rows, spot, n):
     """The tables the docs include and the README's bounds are tested
-    against: accuracy.md, derivatives.md and accuracy.json in `directory`."""
+    against: accuracy.md, derivatives.md and accuracy.json in `directory`.
+    `n` is (points per float32/16 value cell, per float64 value cell, per
+    derivative cell)."""
     import os
 
     os.makedirs(directory, exist_ok=True)
@@ -670,18 +714,35 @@ def write_tables(directory, results, derivative_rows, spot, n):
         f"{'torch ' + torch.__version__ if torch else 'PyTorch not installed'}; "
         f"written by `python -m jax_softplus.tools.accuracy --tables {directory}`."
     )
+    n32, n64, nd = n
     if results:
         with open(os.path.join(directory, "accuracy.md"), "w") as f:
-            f.write(f"{where} {n:,} inputs per cell.\n\n")
+            f.write(
+                f"{where} {n32:,} inputs per float32/bfloat16/float16 cell (uniform "
+                f"in each region, against float64 NumPy); {n64:,} per float64 cell, "
+                "against mpmath, a share of them near every switch point of the "
+                "kernels, and jax_softplus's maximum also over a local search "
+                "from the worst inputs found.\n\n"
+            )
             f.write("Max error in ulps over every beta and region:\n\n")
             f.write(values_summary_markdown(results) + "\n")
             f.write(_details("Every beta and region", markdown_summary(results)))
+            f.write(_details("Where the float64 maxima are", _worst_markdown(results)))
     if derivative_rows:
         with open(os.path.join(directory, "derivatives.md"), "w") as f:
-            f.write(f"{where}\n\n")
+            f.write(
+                f"{where} {nd:,} inputs per cell and dtype (t = beta x half "
+                "within [-30, 30], half over the normal range, a share near "
+                "every switch point of the derivative families), and "
+                "jax_softplus's maximum also over a local search from the worst "
+                "inputs found.\n\n"
+            )
             f.write(derivatives_markdown(derivative_rows) + "\n")
             body = derivatives_markdown(derivative_rows, by_range=True)
             f.write(_details("Per range of |beta|", body))
+            f.write(
+                _details("Where the maxima are", _worst_derivatives(derivative_rows))
+            )
     with open(os.path.join(directory, "accuracy.json"), "w") as f:
         json.dump(
             {
@@ -754,10 +815,28 @@ def main(argv=None):
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("-n", type=int, default=200_000, help="samples per cell")
-    p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
     p.add_argument(
-        "--betas", default=",".join(str(b) for b in BETAS), help="comma list"
+        "-n", type=int, default=200_000, help="samples per float32/16 value cell"
+    )
+    p.add_argument(
+        "--n64",
+        type=int,
+        default=100_000,
+        help="samples per float64 value cell (against mpmath, with the search)",
+    )
+    p.add_argument(
+        "--nd",
+        type=int,
+        default=10_000,
+        help="samples per derivative cell, each dtype (with the search)",
+    )
+    p.add_argument("--dtypes", default="f32,bf16,f16,f64", help="f32, bf16, f16, f64")
+    p.add_argument(
+        "--betas",
+        default=None,
+        help="comma list (default: "
+        f"{', '.join(f'{b:g}' for b in BETAS)}; float64 adds "
+        f"{', '.join(f'{b:g}' for b in EXTREME_BETAS_F64)})",
     )
     p.add_argument("--no-mpmath", action="store_true", help="skip the mpmath check")
     p.add_argument("--plot", metavar="PNG", help="write the ulp-vs-t plot")
@@ -771,14 +850,23 @@ def main(argv=None):
     p.add_argument(
         "--no-derivatives",
         action="store_true",
-        help="skip the table of derivatives (d/d beta, second derivatives)",
+        help="skip the table of derivatives (orders 1 to 4, every argument)",
     )
     args = p.parse_args(argv)
     try:
         dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
-        betas = [float(b) for b in args.betas.split(",") if b.strip()]
+        betas = (
+            None
+            if args.betas is None
+            else [float(b) for b in args.betas.split(",") if b.strip()]
+        )
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
+    for name in ("n", "n64", "nd"):
+        if getattr(args, name) < 1:
+            p.error(f"-{'-' if len(name) > 1 else ''}{name} must be at least 1")
+    if not dtypes:
+        p.error("--dtypes names no dtype")
     if args.plot:
         require("matplotlib", "--plot", p)
     # What needs mpmath runs where it is installed; elsewhere the rest runs
@@ -790,10 +878,12 @@ def main(argv=None):
             for name, off in (
                 ("the mpmath check", args.no_mpmath),
                 ("the derivatives table", args.no_derivatives),
+                ("the float64 values", "f64" not in dtypes),
             )
             if not off
         ]
         args.no_mpmath = args.no_derivatives = True
+        dtypes = [d for d in dtypes if d != "f64"]
     skip_note = (
         f"skipped {' and '.join(skipped)}: they need mpmath, which is not "
         "installed (pip install 'jax-softplus[bench]')"
@@ -803,19 +893,23 @@ def main(argv=None):
     if skip_note:
         print(skip_note, file=sys.stderr)
 
+    started = time.perf_counter()
+
     def log(msg):
         # One line redrawn on a terminal; a line per step in a log file.
+        spent = time.perf_counter() - started
+        msg = f"[{spent / 60:5.1f} min] {msg}"
         if sys.stderr.isatty():
-            print(f"\r{msg:70}", end="", file=sys.stderr, flush=True)
+            print(f"\r{msg:78}", end="", file=sys.stderr, flush=True)
         else:
             print(msg, file=sys.stderr, flush=True)
 
-    results = measure(n=args.n, dtypes=dtypes, betas=betas, log=log)
+    results = measure(n=args.n, n64=args.n64, dtypes=dtypes, betas=betas, log=log)
     _clear_line()
     print_table(results)
     derivative_rows = []
     if not args.no_derivatives:
-        derivative_rows = measure_derivatives(log=log)
+        derivative_rows = measure_derivatives(n=args.nd, n64=args.nd, log=log)
         _clear_line()
         print("\nDerivatives, per element (PyTorch has no beta derivative):")
         print_rows(derivative_rows, _DERIVATIVE_COLUMNS)
@@ -826,7 +920,7 @@ def main(argv=None):
         for key, value in spot.items():
             print(f"  {key:30} {value:.3f}")
     if args.plot:
-        beta = 1.7 if 1.7 in betas else betas[0]
+        beta = 1.7 if betas is None or 1.7 in betas else betas[0]
         plot(args.plot, beta=beta)
         print(f"\nplot (beta = {beta:g}) written to {args.plot}")
     if args.json:
@@ -840,7 +934,9 @@ def main(argv=None):
                 f,
             )
     if args.tables:
-        write_tables(args.tables, results, derivative_rows, spot, args.n)
+        write_tables(
+            args.tables, results, derivative_rows, spot, (args.n, args.n64, args.nd)
+        )
         print(f"\ntables written to {args.tables}")
     if args.markdown:
         with open(args.markdown, "w") as f:
