@@ -5,13 +5,15 @@ so it can be traced, batched and differentiated; it is 0-d, except inside a
 `vmap` over a per-example beta, where the batching rule broadcasts it to the
 data's shape. Its one parameter, `beta_hints`, is what a concrete beta
 tells the lowering (`_validate.BetaHints`): that `beta * src` is exact, so
-the error-free product may be skipped, and that |beta| is in
-[2**-64, 2**64], so rebalancing may be. The default claims nothing; hints
-never change the result's bits.
+the error-free product may be skipped, that |beta| is in [2**-64, 2**64],
+so rebalancing may be, and that |beta| is below 2**-100. The default
+claims nothing; hints change no bit of the result for a finite src.
 
 The impl is JAX's own `apply_primitive`, so `disable_jit`, `debug_nans` and
 `debug_infs` treat the op as they treat `lax.mul`. Rules are registered in
-one block at the bottom of this module.
+one block at the bottom of this module, but for the JVP rule, which is
+written in the derivative families and registered with them
+(`_derivatives`), so that this module imports neither.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from jax_softplus._validate import ALL_DATA_DTYPES, BetaHints
 
 softplus_backward_p = Primitive("softplus_backward")
 _OPERANDS = ("src", "diff_dst", "beta")
-_NO_HINTS = BetaHints()
+NO_HINTS = BetaHints()
 
 
 def bind(src, diff_dst, beta, hints=None):
@@ -46,7 +48,7 @@ def bind(src, diff_dst, beta, hints=None):
         src, diff_dst, beta = _sharding.match_sharding(_OPERANDS, src, diff_dst, beta)
     else:
         src, diff_dst = _sharding.match_sharding(_OPERANDS[:2], src, diff_dst)
-    return softplus_backward_p.bind(src, diff_dst, beta, beta_hints=hints or _NO_HINTS)
+    return softplus_backward_p.bind(src, diff_dst, beta, beta_hints=hints or NO_HINTS)
 
 
 def _arrays(*values):
@@ -58,7 +60,7 @@ def _arrays(*values):
     )
 
 
-def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINTS):
+def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=NO_HINTS):
     """The result's type: `src`'s, strongly typed.
 
     The public functions validate before `bind`; a direct bind of operands
@@ -108,41 +110,7 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=_NO_HINT
     return src.update(weak_type=False)
 
 
-def _softplus_backward_jvp(primals, tangents, *, beta_hints=_NO_HINTS):
-    """Tangent of g * s(b x), with s the sigmoid and s' = s(t) s(-t).
-
-    d/dg is the op itself (it is linear in g). d/dx = g b s'(t) and
-    d/db = g x s'(t) are members of `_derivatives`' family, evaluated from
-    the primals with g inside (never a huge g times an underflowed slope),
-    and then multiply their tangents: linear in the tangents, so reverse
-    mode transposes them to one product each, and their own rules carry
-    every higher order.
-    """
-    # Imported here: the family's evaluations bind this primitive.
-    from jax_softplus._derivatives import sigmoid_derivative
-
-    src, diff_dst, beta = _arrays(*primals)
-    src_dot, diff_dst_dot, beta_dot = (
-        t if type(t) is ad.Zero else _arrays(t)[0] for t in tangents
-    )
-    out = bind(src, diff_dst, beta, beta_hints)
-    dtype, cdt = src.dtype, beta.dtype
-    terms = []
-    if type(diff_dst_dot) is not ad.Zero:
-        terms.append(bind(src, diff_dst_dot, beta, beta_hints))
-    if type(src_dot) is not ad.Zero:
-        slope = sigmoid_derivative(1, 0, 1, beta_hints, src, beta, diff_dst)
-        terms.append((slope * src_dot.astype(cdt)).astype(dtype))
-    if type(beta_dot) is not ad.Zero:
-        slope = sigmoid_derivative(1, 1, 0, beta_hints, src, beta, diff_dst)
-        terms.append((slope * beta_dot).astype(dtype))
-    tangent = terms[0]
-    for term in terms[1:]:
-        tangent = tangent + term
-    return out, tangent
-
-
-def _softplus_backward_transpose(ct, src, diff_dst, beta, *, beta_hints=_NO_HINTS):
+def _softplus_backward_transpose(ct, src, diff_dst, beta, *, beta_hints=NO_HINTS):
     """The op is linear in diff_dst only, and diagonal: its own transpose."""
     assert not ad.is_undefined_primal(src)
     assert not ad.is_undefined_primal(beta)
@@ -194,14 +162,14 @@ def batch_operands(args, dims):
     return (*data, beta), axis
 
 
-def _softplus_backward_batch(args, dims, *, beta_hints=_NO_HINTS):
+def _softplus_backward_batch(args, dims, *, beta_hints=NO_HINTS):
     """Batch every combination of mapped src, diff_dst and beta."""
     args, axis = batch_operands(args, dims)
     return bind(*args, beta_hints), axis
 
 
 def _softplus_backward_lowering(platform=None):
-    def kernel(src, diff_dst, beta, *, beta_hints=_NO_HINTS):
+    def kernel(src, diff_dst, beta, *, beta_hints=NO_HINTS):
         return _kernels.backward_kernel(
             src, diff_dst, beta, beta_hints, platform=platform
         )
@@ -218,7 +186,6 @@ for _platform, _kernel in (("cpu", "cpu"), ("cuda", "gpu"), ("rocm", "gpu")):
     mlir.register_lowering(
         softplus_backward_p, _softplus_backward_lowering(_kernel), platform=_platform
     )
-ad.primitive_jvps[softplus_backward_p] = _softplus_backward_jvp
 ad.primitive_transposes[softplus_backward_p] = _softplus_backward_transpose
 _compat.register_batching_rule(softplus_backward_p, _softplus_backward_batch)
 _compat.register_nan_check(softplus_backward_p)

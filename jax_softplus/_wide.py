@@ -1,6 +1,6 @@
 """The derivative families of float32 compute, evaluated in float64.
 
-`_derivatives` evaluates every derivative as a sum of two families,
+`_derivatives` writes every derivative as a sum of two families,
 `dd src**i beta**j s^(n)(t)` (s the sigmoid, t = beta src) and
 `d^k softplus / d beta^k`. For float32 (and bfloat16 and float16) data on
 a CPU these are evaluated here, in float64, and rounded once to float32:
@@ -20,7 +20,7 @@ a derivative's families then stay in one loop (`_math64._reciprocal`).
 
 A float64 operation needs x64 on while it is traced; `_float64` turns it on
 for the evaluation's trace only, whatever the user's setting. The caller
-(`_derivatives`) takes this path on CPUs only (`lax.platform_dependent`):
+(`_families.softplus_family_p`) takes this path in its CPU lowering only:
 TPUs have no float64, and a GPU's float64 rate is a fraction of its
 float32 rate.
 """
@@ -35,10 +35,39 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math, _math64
+from jax_softplus import _kernels, _math, _math64
 
 _F32 = np.float32
 _F64 = np.float64
+_LN2 = 0.6931471805599453
+# A float32 result needs its float64 intermediates to about 2**-35 only, so
+# these polynomials are shorter than `_math64`'s (`python maintainers/fit.py
+# _EXP_Q32 _LOG1P_P32`): q in expm1(r) = r + r**2 q(r) on [-ln 2 / 2,
+# ln 2 / 2] widened by 1e-4, error relative to exp(r) below 2**-39.6,
+# highest first; P in log1p(f) = f - f**2/2 + f**3 P(f) on [-1/4, 1/2],
+# relative error below 2**-35.5, lowest first.
+_EXP_Q = (
+    2.470825806046183e-05,
+    0.0001990895228588494,
+    0.0013889197278122614,
+    0.008333281787825265,
+    0.041666664403585164,
+    0.16666666784511155,
+    0.5000000000427169,
+)
+_LOG1P_P = (
+    0.33333332756212275,
+    -0.24999995860760352,
+    0.20000076854832283,
+    -0.1666716326687522,
+    0.14283091103385806,
+    -0.12479616660302487,
+    0.1112576796864729,
+    -0.10324100890590565,
+    0.09591382433592034,
+    -0.07074216251581258,
+    0.026522554509698298,
+)
 # Beyond |t| = 700 (exp(-700) = 1e-304, still normal in float64) every
 # term of a float32 derivative is below 1e-61 (its factors are below
 # 1e243): the clamp keeps inf * exp(-|t|) inf and |t|**m finite.
@@ -70,12 +99,28 @@ class _Sigmoid:
         self.t = self.b * self.x  # exact
         a = lax.min(lax.abs(self.t), lax.full_like(self.t, _A_MAX))
         self.a = a
-        k, _, p, pl = _math64._exp_reduce(-a, lax.full_like(a, 0))
-        e = (1.0 + p) * _math.exp2_int(k, _F64)
-        self.e = e  # exp(-|t|), to 2**-52
+        # exp(-a) = 2**k (1 + p), k the nearest integer to -a / ln 2.
+        magic = _math64._opaque(_math64._MAGIC)
+        v = a * -_math64._LOG2E + magic
+        kf = v - magic
+        k = lax.bitcast_convert_type(v, np.int64) - _math64._MAGIC_BITS
+        r = (kf * -_math64._LN2_HI - a) - kf * _math64._LN2_LO
+        p = r + (r * r) * _math64._estrin(_EXP_Q, r)
+        self.e = (1.0 + p) * _math.exp2_int(k, _F64)  # exp(-|t|), to 2**-39
         # expm1(-|t|), without 1 - e's cancellation below |t| = ln(2) / 2.
-        self.em1 = lax.select(k == 0, p + pl, e - 1.0)
-        self.u = _math64._reciprocal(1.0 + e)  # s(|t|), 1 + e in [1, 2]
+        self.em1 = lax.select(k == 0, p, self.e - 1.0)
+        self.u = _math64._reciprocal(1.0 + self.e)  # s(|t|), 1 + e in [1, 2]
+
+    @functools.cached_property
+    def log1p(self):
+        """log1p(exp(-|t|)): 1 + e = 2**j (1 + f), f in [-1/4, 1/2] (f = e
+        below e = 1/2, (e - 1) / 2 above, exact), f - f**2/2 + f**3 P(f)."""
+        big = self.e >= 0.5
+        f = lax.select(big, (self.e - 1.0) * 0.5, self.e)
+        f2 = f * f
+        poly = _math64._estrin(_LOG1P_P[::-1], f)
+        out = f + (f2 * (f * poly) - 0.5 * f2)
+        return lax.select(big, out + _LN2, out)
 
     @functools.cached_property
     def value(self):
@@ -88,6 +133,13 @@ class _Sigmoid:
     @functools.cached_property
     def tau(self):
         return jnp.sign(self.t) * (-self.em1 * self.u)
+
+
+def _fenced(out, like):
+    """out behind `_kernels.fusion_fence`: the caller sums it (a gradient
+    in beta, a loss), and XLA:CPU's library fusion of the reduction would
+    take the float64 loop apart, its intermediates in memory."""
+    return _kernels.fusion_fence(out, lax.convert_element_type(like, _F32))
 
 
 def _power(v, k):
@@ -157,7 +209,7 @@ def combination(terms, slope_polynomial, src, beta, dd=None):
         out = _combination(terms, sig, slope_polynomial)
         if dd is not None:
             out = out * lax.convert_element_type(dd, _F64)
-        return lax.convert_element_type(out, _F32)
+        return _fenced(lax.convert_element_type(out, _F32), src)
 
 
 def dbeta(k, dbeta_terms, slope_polynomial, x, beta):
@@ -165,18 +217,18 @@ def dbeta(k, dbeta_terms, slope_polynomial, x, beta):
 
     D_1 = -(a s(-a) + log1p(e^-a)) / beta**2, a = |t|, a sum of two
     positive terms; D_k = (combination) + gamma beta**(1-k) D_1
-    (`_derivatives._dbeta_terms`). Where x is +-inf, a is clamped and D_1
+    (`_families._dbeta_terms`). Where x is +-inf, a is clamped and D_1
     is 0 to float32, as is every D_k: softplus(+-inf, beta) does not depend
     on beta.
     """
     with _float64():
         sig = _Sigmoid(x, beta)
         b = sig.b
-        first = -(sig.a * (sig.e * sig.u) + jnp.log1p(sig.e)) / (b * b)
+        first = (sig.a * (sig.e * sig.u) + sig.log1p) * (-1.0 / (b * b))
         if k == 1:
             out = first
         else:
             terms, gamma = dbeta_terms(k)
             out = _combination(terms, sig, slope_polynomial)
             out = out + first * (float(gamma) * _power(b, 1 - k))
-        return lax.convert_element_type(out, _F32)
+        return _fenced(lax.convert_element_type(out, _F32), x)

@@ -26,8 +26,9 @@ import pytest
 from helpers import seed_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jax.interpreters import mlir
 
-from jax_softplus import softplus, softplus_backward
+from jax_softplus import _families, softplus, softplus_backward
 from jax_softplus._softplus import MECHANISM
 from jax_softplus.tools import derivatives, references
 
@@ -37,11 +38,14 @@ SETTINGS = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-# Orders 1 and 2, in ulps: the issue asks 4 for both dtypes; the second
-# derivatives of softplus_backward reach 4.1 in float32 (three rounded
-# factors, two kernel passes and tanh), and float64 has two more roundings
-# than the kernel's own 2 (see the closing note of the issue).
-ULPS = {np.dtype(np.float32): {1: 4.0, 2: 4.5}, np.dtype(np.float64): {1: 4.5, 2: 6.0}}
+# Orders 1 and 2, in ulps (docs/accuracy.md): float32 derivatives are
+# evaluated in float64 on a CPU and rounded once, but for the first
+# derivatives that are the backward kernel itself (d softplus / dx,
+# d softplus_backward / d diff_dst: its 2 ulp).
+ULPS = {np.dtype(np.float32): {1: 2.0, 2: 1.0}, np.dtype(np.float64): {1: 4.0, 2: 5.0}}
+# The evaluation other platforms lower (float32 compute in float32, its
+# exponents carried apart: `_families`), measured here on the CPU.
+OTHER_PLATFORMS_ULPS = {1: 4.5, 2: 4.5}
 RELATIVE = 1e-5
 DTYPES = (np.float32, np.float64)
 
@@ -170,6 +174,38 @@ def test_first_and_second_derivatives_within_their_bounds(x64, route, dtype, dra
         names, _measure(route, names, dtype, drawn), strict=True
     ):
         bound = ULPS[np.dtype(dtype)][sum(QUANTITIES[name][1])]
+        assert _worst(err) <= bound, f"{_worst(err)} ulps: {where}"
+
+
+@pytest.fixture
+def other_platforms_lowering():
+    """The families' default lowering (other platforms') registered for the
+    CPU during one test, and the CPU's own restored after it."""
+    prim = _families.softplus_family_p
+    mlir.register_lowering(
+        prim, _families._softplus_family_lowering(cpu=False), platform="cpu"
+    )
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        mlir.register_lowering(
+            prim, _families._softplus_family_lowering(cpu=True), platform="cpu"
+        )
+        jax.clear_caches()
+
+
+@pytest.mark.parametrize("route", ("grad", "hessian"))
+@SETTINGS
+@given(drawn=_DRAWN)
+def test_the_other_platforms_float32_evaluation_within_its_bounds(
+    other_platforms_lowering, route, drawn
+):
+    names = _SECOND + (_FIRST if route == "grad" else ())
+    for name, (where, err) in zip(
+        names, _measure(route, names, np.float32, drawn), strict=True
+    ):
+        bound = OTHER_PLATFORMS_ULPS[sum(QUANTITIES[name][1])]
         assert _worst(err) <= bound, f"{_worst(err)} ulps: {where}"
 
 
