@@ -9,14 +9,15 @@ a CPU these are evaluated here, in float64, and rounded once to float32:
   float64's exponent range holds every factor a float32 derivative can
   have (src**5 of 3.4e38 is 4.5e192, exp(-700) is 1e-304), so no exponent
   bookkeeping is needed;
-* exp(-|t|) and 1 / (1 + exp(-|t|)) come from `_math64`'s reduction and
-  Newton reciprocal, accurate to 2**-36 or better, so that the float32
-  result is within about half an ulp wherever the derivative has no
-  cancellation of its own.
+* exp(-|t|), log1p(exp(-|t|)) and 1 / (1 + exp(-|t|)) come from short
+  polynomials and `_math64`'s Newton reciprocal, accurate to 2**-35 or
+  better (a float32 result needs no more), so that the float32 result is
+  within about half an ulp wherever the derivative has no cancellation of
+  its own.
 
-Every operation is a cheap one for XLA (the one `log1p` has one consumer):
-XLA will not duplicate an expensive operation into several consumers, and
-a derivative's families then stay in one loop (`_math64._reciprocal`).
+Every operation is a cheap one for XLA: XLA will not duplicate an
+expensive operation (exp, log1p, a division) into several consumers, and a
+derivative's families then stay in one loop (`_math64._reciprocal`).
 
 A float64 operation needs x64 on while it is traced; `_float64` turns it on
 for the evaluation's trace only, whatever the user's setting. The caller
