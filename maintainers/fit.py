@@ -1,7 +1,8 @@
 """Polynomial fits behind the kernels' constants: `python maintainers/fit.py`.
 
-Each polynomial in `jax_softplus._math` (float32) and `jax_softplus._math64`
-(float64) is a weighted minimax fit, found here by the Remez exchange
+Each polynomial in `jax_softplus._math` (float32), `jax_softplus._math64`
+(float64) and `jax_softplus._wide` (float64 for float32 results) is a
+weighted minimax fit, found here by the Remez exchange
 algorithm on a grid, and rounded to its dtype one coefficient at a time.
 The targets are evaluated and the linear systems solved in mpmath at 40
 digits; the error is scanned in float64 with + - * / only for the float32
@@ -136,6 +137,18 @@ FITS = (
         "R(z) / z in log1p(f) = f - f**2/2 + s (f**2/2 + R(z)), z = s**2, "
         "relative error",
         np.float64, "_math64",
+    ),
+    # float64 evaluation of float32 derivatives: 2**-35 is enough.
+    Fit(
+        "_EXP_Q", -_HALF_LN2 * 1.0001, _HALF_LN2 * 1.0001, 6, _expm1_q,
+        _expm1_q_weight, True,
+        "q in expm1(r) = r + r**2 q(r), error relative to exp(r)",
+        np.float64, "_wide",
+    ),
+    Fit(
+        "_LOG1P_P", -0.25, 0.5, 10, _log1p_p, _log1p_p_weight, False,
+        "P in log1p(f) = f - f**2/2 + f**3 P(f), relative error",
+        np.float64, "_wide",
     ),
 )  # fmt: skip
 
@@ -324,12 +337,14 @@ def main(argv=None):
     p.add_argument("names", nargs="*", help="constants to fit (default: all)")
     args = p.parse_args(argv)
     require("mpmath", "python maintainers/fit.py", p)
-    unknown = set(args.names) - {f.name for f in FITS}
+    known = {f.name for f in FITS} | {f"{f.module}.{f.name}" for f in FITS}
+    unknown = set(args.names) - known
     if unknown:
         p.error(f"unknown constants {sorted(unknown)}; choose from "
-                f"{[f.name for f in FITS]}")  # fmt: skip
+                f"{sorted(known)}")  # fmt: skip
     for fit in FITS:
-        if args.names and fit.name not in args.names:
+        full = f"{fit.module}.{fit.name}"
+        if args.names and fit.name not in args.names and full not in args.names:
             continue
         _, level = remez(fit)
         print(f"# {fit.comment}; [{fit.lo:.6g}, {fit.hi:.6g}], degree "

@@ -15,7 +15,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from jax_softplus import _math, _math64
+from jax_softplus import _math, _math64, _wide
 
 mpmath.mp.dps = 40
 F32 = np.float32
@@ -108,6 +108,26 @@ def test_float64_log1p_series_is_within_2_to_the_minus_62_5():
     assert worst <= mpmath.mpf(2) ** -62.5, float(mpmath.log(worst, 2))
 
 
+def test_the_float32_derivatives_float64_polynomials_are_within_2_to_the_minus_35():
+    # _wide's exp and log1p, their float64 coefficients evaluated exactly.
+    with mpmath.workdps(40):
+        q = [mpmath.mpf(v) for v in _wide._EXP_Q]
+        p = [mpmath.mpf(v) for v in _wide._LOG1P_P]
+        worst_exp = worst_log = mpmath.mpf(0)
+        for r in np.linspace(-HALF_LN2 * 1.0001, HALF_LN2 * 1.0001, 1001):
+            r = mpmath.mpf(float(r))
+            got = r + r * r * fit._mp_poly(q[::-1], r)
+            worst_exp = max(worst_exp, abs(got - mpmath.expm1(r)) / mpmath.exp(r))
+        for f in np.linspace(-0.25, 0.5, 1001):
+            f = mpmath.mpf(float(f))
+            if f == 0:
+                continue
+            got = f - f * f / 2 + f**3 * fit._mp_poly(p, f)
+            worst_log = max(worst_log, abs(got / mpmath.log1p(f) - 1))
+    assert worst_exp <= mpmath.mpf(2) ** -39.5, float(mpmath.log(worst_exp, 2))
+    assert worst_log <= mpmath.mpf(2) ** -35.4, float(mpmath.log(worst_log, 2))
+
+
 def test_the_float64_reciprocal_start_is_within_2_to_the_minus_9():
     # 1 / m on [1, 2]: two Newton steps from 2**-9.17 give 2**-36.7.
     m = np.linspace(1.0, 2.0, 20_001)
@@ -115,11 +135,10 @@ def test_the_float64_reciprocal_start_is_within_2_to_the_minus_9():
     assert np.max(np.abs(y * m - 1)) <= 2.0**-9.1
 
 
-@pytest.mark.parametrize("problem", fit.FITS, ids=lambda f: f.name)
+@pytest.mark.parametrize("problem", fit.FITS, ids=lambda f: f"{f.module}.{f.name}")
 def test_the_fitting_script_reproduces_the_committed_coefficients(problem):
     # Bit for bit: the fit is deterministic (mpmath, and float64 + - * /).
     got = fit.coefficients(problem)
-    committed = getattr(
-        {"_math": _math, "_math64": _math64}[problem.module], problem.name
-    )
+    modules = {"_math": _math, "_math64": _math64, "_wide": _wide}
+    committed = getattr(modules[problem.module], problem.name)
     assert [float(c) for c in got] == [float(c) for c in committed]
