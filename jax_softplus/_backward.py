@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -12,14 +15,14 @@ from jax_softplus import _compat, _dispatch, _validate
 def softplus_backward(
     src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
 ) -> jax.Array:
-    r"""Gradient of softplus: oneDNN's SoftPlusBackward.
+    """Gradient of softplus: oneDNN's SoftPlusBackward.
 
-    $$\mathrm{diff\_src} = \mathrm{diff\_dst} \cdot \sigma(\beta \cdot \mathrm{src}),
-    \qquad \sigma(t) = \frac{1}{1 + e^{-t}}.$$
+    diff_src = diff_dst * sigmoid(beta * src), sigmoid(t) = 1 / (1 + exp(-t)).
 
-    float32 data is computed to about 2 ulp over the whole range, including
-    the tail where $\sigma(\beta\,\mathrm{src})$ underflows but the product
-    does not; bfloat16 and float16 are computed in float32 and rounded once.
+    float32 data is within 2 ulp of the exact value over the whole range,
+    including the tail where sigmoid(beta * src) underflows but the product
+    does not, float64 within 1 ulp; bfloat16 and float16 are computed in
+    float32 and rounded once (docs/accuracy.md).
     The op is a primitive (`softplus_backward_p`) lowered to plain StableHLO,
     so it fuses under `jax.jit`, batches under `jax.vmap` (per-example
     `beta` included) and differentiates to any order in reverse and forward
@@ -51,6 +54,9 @@ def softplus_backward(
       >>> softplus_backward(jnp.array([-1.0, 0.0, 2.0]), jnp.ones(3), beta=2.0)
       Array([0.11920292, 0.5       , 0.98201376], dtype=float32)
     """
+    host = _dispatch.host_backward_call(src, diff_dst, beta)
+    if host is not None:
+        return host
     *args, weak = _validated(src, diff_dst, beta)
     out = _dispatch.backward_call(*args)
     return _compat.weakly_typed(out) if weak else out
@@ -63,10 +69,63 @@ def _validated(src, diff_dst, beta):
     return src, diff_dst, beta, checked, hints, weak
 
 
+def _lower(src, diff_dst, beta=1.0):
+    """Lower for any beta: the executable takes beta as an argument.
+
+    Each argument may be a `jax.ShapeDtypeStruct`, as for any jitted
+    function; they are checked as arrays of that shape and dtype would be.
+    """
+    given = (src, diff_dst)
+    if any(isinstance(v, jax.ShapeDtypeStruct) for v in (*given, beta)):
+        *data, beta = jax.eval_shape(
+            _checked_types, *(_as_abstract(v) for v in (*given, beta))
+        )
+        # The given specs keep their shardings; the others are checked types.
+        src, diff_dst = (
+            v if isinstance(v, jax.ShapeDtypeStruct) else c
+            for v, c in zip(given, data, strict=True)
+        )
+        return _dispatch.inplace_lower(src, diff_dst, beta)
+    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
+    return _dispatch.inplace_lower(src, diff_dst, checked)
+
+
+def _as_abstract(v):
+    """A spec, or a value as an argument of `eval_shape` (Python floats stay
+    Python floats, so that they take the data's dtype)."""
+    if isinstance(v, (jax.ShapeDtypeStruct, int, float)):
+        return v
+    return jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
+
+
+def _checked_types(src, diff_dst, beta):
+    # Under eval_shape: the checks run on tracers of the specs' types.
+    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
+    return src, diff_dst, checked
+
+
+class _InplaceOp(Protocol):
+    """What type checkers see of `softplus_backward_inplace`: a function
+    with the `.lower` of a jitted function."""
+
+    def __call__(
+        self, src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
+    ) -> jax.Array: ...
+
+    def lower(self, src: Any, diff_dst: Any, beta: Any = 1.0) -> Any: ...
+
+
+def _with_lower(fun: Callable[..., jax.Array]) -> _InplaceOp:
+    """`fun`, given `.lower` (`_lower`), typed so that checkers know it."""
+    fun.lower = _lower  # type: ignore[attr-defined]
+    return cast(_InplaceOp, fun)
+
+
+@_with_lower
 def softplus_backward_inplace(
     src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
 ) -> jax.Array:
-    r"""`softplus_backward` that writes `diff_src` over `diff_dst`.
+    """`softplus_backward` that writes `diff_src` over `diff_dst`.
 
     This is oneDNN's in-place mode, expressed as buffer donation under
     `jax.jit`: XLA aliases the output to `diff_dst`'s buffer, so no array is
@@ -109,43 +168,21 @@ def softplus_backward_inplace(
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
     *args, _ = _validated(src, diff_dst, beta)
+    if _weak_buffer(diff_dst, args[1]):
+        # Its own buffer is donated, not a strongly typed copy: the jit reads
+        # a weak array as the float array it is (the result is strong).
+        args[0] = diff_dst if src is diff_dst else args[0]
+        args[1] = diff_dst
     converted = args[1] is not diff_dst  # a host array, converted here
     return _dispatch.inplace_call(*args, converted=converted)
 
 
-def _lower(src, diff_dst, beta=1.0):
-    """Lower for any beta: the executable takes beta as an argument.
-
-    Each argument may be a `jax.ShapeDtypeStruct`, as for any jitted
-    function; they are checked as arrays of that shape and dtype would be.
-    """
-    given = (src, diff_dst)
-    if any(isinstance(v, jax.ShapeDtypeStruct) for v in (*given, beta)):
-        *data, beta = jax.eval_shape(
-            _checked_types, *(_as_abstract(v) for v in (*given, beta))
-        )
-        # The given specs keep their shardings; the others are checked types.
-        src, diff_dst = (
-            v if isinstance(v, jax.ShapeDtypeStruct) else c
-            for v, c in zip(given, data, strict=True)
-        )
-        return _dispatch.inplace_lower(src, diff_dst, beta)
-    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
-    return _dispatch.inplace_lower(src, diff_dst, checked)
-
-
-def _as_abstract(v):
-    """A spec, or a value as an argument of `eval_shape` (Python floats stay
-    Python floats, so that they take the data's dtype)."""
-    if isinstance(v, (jax.ShapeDtypeStruct, int, float)):
-        return v
-    return jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
-
-
-def _checked_types(src, diff_dst, beta):
-    # Under eval_shape: the checks run on tracers of the specs' types.
-    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
-    return src, diff_dst, checked
-
-
-softplus_backward_inplace.lower = _lower  # type: ignore[attr-defined]
+def _weak_buffer(given, checked):
+    """Whether `given` is a live, weakly typed JAX array whose checked form
+    differs from it only by the weak type."""
+    return (
+        isinstance(given, jax.Array)
+        and not _compat.is_tracer(given)
+        and given.weak_type
+        and given.dtype == checked.dtype
+    )

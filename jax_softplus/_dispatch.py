@@ -26,14 +26,16 @@ any beta.
 from __future__ import annotations
 
 import functools
+import types
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import _compat, _kernels, _sharding
+from jax_softplus import _compat, _kernels, _sharding, _validate
 from jax_softplus._primitive import bind
 from jax_softplus._validate import BetaHints
 
@@ -49,10 +51,10 @@ _WIDE_VECTORS = {"xla_cpu_prefer_vector_width": 512}
 #: and region analysis, which lets copy insertion order a donated input's
 #: last reader before the op that overwrites it instead of copying the input.
 #: Both are XLA debug options, not a stable API; other backends ignore them.
-TUNED_CPU_OPTIONS = {
-    "xla_cpu_copy_insertion_use_region_analysis": True,
-    **_WIDE_VECTORS,
-}
+#: Read-only: `dict(TUNED_CPU_OPTIONS, **more)` makes a copy to extend.
+TUNED_CPU_OPTIONS: Mapping[str, Any] = types.MappingProxyType(
+    {"xla_cpu_copy_insertion_use_region_analysis": True, **_WIDE_VECTORS}
+)
 
 
 def own_jit(fun, **jit_kwargs):
@@ -78,16 +80,202 @@ def call(eager, traced, data: tuple, beta: Any, checked: Any, hints: BetaHints):
     `beta` is what the caller passed, `checked` its validated value.
     """
     if is_eager(*data, checked):
-        return eager(*data, place_beta(beta, checked, data[-1]), hints=hints)
+        placed = place_beta(beta, checked, data[-1])
+        return eager_jit(eager, hints)(*data, placed)
     return traced(*data, checked, hints)
 
 
-backward = own_jit(bind, static_argnames=("hints",))
+# The library's jits of its top-level calls, one per (function, hints): a
+# call passes dynamic arguments only, the fastest way through JAX's
+# dispatch, and every eager route shares the executables.
+_EAGER_JITS: dict = {}
+
+
+def eager_jit(fun, hints: BetaHints):
+    """The library's jit of `fun` with `hints` fixed (wide CPU vectors)."""
+    key = (fun, hints)
+    jitted = _EAGER_JITS.get(key)
+    if jitted is None:
+        jitted = _EAGER_JITS[key] = own_jit(functools.partial(fun, hints=hints))
+    return jitted
 
 
 def backward_call(src, diff_dst, beta, checked, hints):
     """`softplus_backward` on validated operands."""
-    return call(backward, bind, (src, diff_dst), beta, checked, hints)
+    return call(bind, bind, (src, diff_dst), beta, checked, hints)
+
+
+# Eager calls on host values -----------------------------------------------------
+# A Python number or a NumPy value goes into the library's jit as it is: JAX's
+# own argument handling converts it, in the one dispatch of the call (as for
+# `jax.nn.softplus`), and the checks and promotion run on its tracer, once per
+# input type. beta is checked on the host first (its hints are static) and
+# passed as a Python float, which the jit takes without a copy of its own.
+
+_PY_NUMBERS = (bool, int, float)
+
+
+def _host_kind(value: Any) -> Any:
+    """What the host path keys a value by: ("python", its type) for a Python
+    number, ("numpy", its dtype) for a NumPy array or scalar; None for
+    anything else (JAX arrays, containers, strings), which the checked path
+    takes. A NumPy dtype the path cannot take is told apart on the first
+    call (`host_forward_call`). (A NumPy dtype compares equal to a Python
+    type: the two are kept apart.)"""
+    kind = type(value)
+    if kind in _PY_NUMBERS:
+        return ("python", kind)
+    if kind is np.ndarray or isinstance(value, np.generic):
+        return ("numpy", value.dtype)
+    return None
+
+
+@functools.lru_cache(maxsize=128)
+def _host_data_dtype(kind: Any, x64: bool) -> np.dtype:
+    """The dtype `softplus` computes a host value of this kind in (its
+    promotion, read off the checks themselves)."""
+    del x64  # part of the key: canonical dtypes depend on it
+    source, of = kind
+    if source == "python":
+        spec = jax.ShapeDtypeStruct((), jnp.asarray(of(0)).dtype, weak_type=True)
+    else:
+        spec = jax.ShapeDtypeStruct((), of)
+    out = jax.eval_shape(lambda v: _validate.check_forward_operand(v)[0], spec)
+    return np.dtype(out.dtype)
+
+
+def _host_forward(x, beta, *, hints):
+    x, weak = _validate.check_forward_operand(x)
+    beta = jax.lax.convert_element_type(beta, _validate.compute_dtype(x.dtype))
+    out = _kernels.softplus_kernel(x, beta, hints)
+    return _compat.weakly_typed(out) if weak else out
+
+
+# (input kind, beta, x64) -> (jit, beta as it is passed): one lookup for
+# what the checks of beta decide, made once per value (up to the bound).
+_HOST_FORWARD: dict = {}
+_CACHE_BOUND = 1024
+
+
+def _host_beta(checked, default_device):
+    """beta for a host value's call: a device copy where the value will go
+    (a Python float is converted on every call, a device array is not), or
+    the float where that device cannot be told."""
+    device = default_device
+    if device is None:
+        device = jax.local_devices()[0]
+    if not isinstance(device, jax.Device):
+        return float(checked)  # a platform name: JAX picks the device
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    return _placed(float(checked), checked.dtype, sharding)
+
+
+def _remember(cache, key, value):
+    if len(cache) >= _CACHE_BOUND:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def host_forward_call(x: Any, beta: Any) -> Any:
+    """`softplus(x, beta)` at the top level for a host `x` and a Python
+    number `beta`, in one dispatch; None where the checked path must run."""
+    kind = _host_kind(x)
+    if kind is None or type(beta) not in (float, int):
+        return None
+    config = jax.config
+    key = (kind, beta, config.jax_enable_x64, config.jax_default_device)
+    hit = _HOST_FORWARD.get(key)
+    if hit is None:
+        if kind[0] == "numpy" and not _validate.real_dtype(kind[1]):
+            return None  # complex, strings...: the checked path says why
+        dtype = _host_data_dtype(kind, bool(key[2]))
+        checked, hints = _validate.check_beta(beta, dtype, forward=True)
+        hit = _remember(
+            _HOST_FORWARD,
+            key,
+            (eager_jit(_host_forward, hints), _host_beta(checked, key[3])),
+        )
+    if not _compat.trace_state_clean():
+        return None
+    fun, placed = hit
+    return fun(x, placed)
+
+
+# (dtype, sharding, beta, x64) -> (jit, placed beta), for a live, strongly
+# typed JAX array of a kernel dtype: the checks it needs are one lookup.
+_ARRAY_FORWARD: dict = {}
+
+
+def array_forward_call(x: Any, beta: Any) -> Any:
+    """`softplus(x, beta)` at the top level for a JAX array that the kernel
+    takes as it is and a Python number `beta`; None otherwise."""
+    if type(beta) not in (float, int) or not isinstance(x, jax.Array):
+        return None
+    if _compat.is_tracer(x) or x.weak_type or x.is_deleted():
+        return None
+    key = (x.dtype, x.sharding, beta, jax.config.jax_enable_x64)
+    hit = _ARRAY_FORWARD.get(key)
+    if hit is None:
+        if x.dtype not in _validate.data_dtypes():
+            return None
+        checked, hints = _validate.check_beta(beta, x.dtype, forward=True)
+        sharding = _scalar_sharding(x.sharding)
+        if sharding is None:
+            return None
+        placed = _placed(float(checked), checked.dtype, sharding)
+        hit = _remember(
+            _ARRAY_FORWARD, key, (eager_jit(_kernels.softplus_kernel, hints), placed)
+        )
+    if not _compat.trace_state_clean():
+        return None
+    fun, placed = hit
+    return fun(x, placed)
+
+
+def _host_backward(src, diff_dst, beta, *, hints):
+    src, diff_dst, weak = _validate.check_operands(src, diff_dst)
+    beta = jax.lax.convert_element_type(beta, _validate.compute_dtype(src.dtype))
+    out = bind(src, diff_dst, beta, hints)
+    return _compat.weakly_typed(out) if weak else out
+
+
+_HOST_BACKWARD: dict = {}
+
+
+def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
+    """`softplus_backward` at the top level for two NumPy arrays of one
+    float dtype and shape, or two Python floats, and a Python number beta,
+    in one dispatch; None where the checked path must run (it gives mixed
+    operands their dtypes and errors)."""
+    kind = type(src)
+    if kind is not type(diff_dst) or type(beta) not in (float, int):
+        return None
+    if kind is np.ndarray:
+        if src.dtype != diff_dst.dtype or src.shape != diff_dst.shape:
+            return None
+        of = src.dtype
+    elif kind is float:
+        of = float
+    else:
+        return None
+    config = jax.config
+    key = (kind, of, beta, config.jax_enable_x64, config.jax_default_device)
+    hit = _HOST_BACKWARD.get(key)
+    if hit is None:
+        dtype = jax.dtypes.canonicalize_dtype(of)
+        if dtype not in _validate.data_dtypes():
+            return None
+        checked, hints = _validate.check_beta(beta, dtype, forward=False)
+        hit = _remember(
+            _HOST_BACKWARD,
+            key,
+            (eager_jit(_host_backward, hints), _host_beta(checked, key[4])),
+        )
+    if not _compat.trace_state_clean():
+        return None
+    fun, placed = hit
+    return fun(src, diff_dst, placed)
 
 
 # In place --------------------------------------------------------------------
@@ -208,23 +396,25 @@ def inplace_lower(src, diff_dst, checked):
     )
 
 
-forward = own_jit(_kernels.softplus_kernel, static_argnames=("hints",))
-
-
 def forward_call(x, beta, checked, hints, traced):
     """`softplus` on validated operands; `traced` is its custom_vjp."""
-    return call(forward, traced, (x,), beta, checked, hints)
+    return call(_kernels.softplus_kernel, traced, (x,), beta, checked, hints)
 
 
 def cache_sizes() -> dict[str, int]:
     """Executables held by the library's own jits, by name (for tests)."""
-    jits = {
-        "backward": backward,
-        "forward": forward,
-        "inplace": _inplace_jit,
-        "inplace_self": _inplace_self_jit,
+    names = {
+        bind: "backward",
+        _kernels.softplus_kernel: "forward",
+        _host_forward: "host_forward",
+        _host_backward: "host_backward",
     }
-    return {name: f._cache_size() for name, f in jits.items()}
+    sizes = dict.fromkeys(names.values(), 0)
+    for (fun, _), jitted in _EAGER_JITS.items():
+        sizes[names[fun]] += jitted._cache_size()
+    sizes["inplace"] = _inplace_jit._cache_size()
+    sizes["inplace_self"] = _inplace_self_jit._cache_size()
+    return sizes
 
 
 # Beta beside the data --------------------------------------------------------

@@ -28,7 +28,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, mlir
 
 from jax_softplus import _compat, _jet, _kernels, _sharding
-from jax_softplus._validate import ALL_DATA_DTYPES, BetaHints
+from jax_softplus._validate import BetaHints, kernel_dtype
 
 softplus_backward_p = Primitive("softplus_backward")
 _OPERANDS = ("src", "diff_dst", "beta")
@@ -71,10 +71,10 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=NO_HINTS
     """
     del beta_hints
     for name, aval in zip(_OPERANDS[:2], (src, diff_dst), strict=True):
-        if aval.dtype not in ALL_DATA_DTYPES:
+        if not kernel_dtype(aval.dtype):
             raise TypeError(
                 f"softplus_backward_p: {name} has dtype {aval.dtype}; it takes "
-                "float32, bfloat16, float16 or float64 data."
+                "float data (float32, bfloat16, float16, float64, float8, float4)."
             )
     if not jnp.issubdtype(beta.dtype, jnp.floating):
         raise TypeError(

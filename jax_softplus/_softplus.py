@@ -19,8 +19,9 @@ from jax_softplus._primitive import batch_operands, bind
 _softplus_kernel = jax.jit(_kernels.softplus_kernel, static_argnames=("hints",))
 
 
-def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):
-    """d softplus = sigma(beta x) x_dot + (d softplus / d beta) beta_dot.
+def _tangent_terms(hints, x, beta, x_dot, beta_dot, dbeta=None):
+    """The terms of d softplus = sigma(beta x) x_dot + (d softplus / d beta)
+    beta_dot that are not zero.
 
     The x term is the backward op with diff_dst = x_dot (linear in it, so
     `jax.linearize` transposes it to one bind); `dbeta` is
@@ -32,9 +33,16 @@ def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):
     if not _is_zero(beta_dot):
         dbeta = dsoftplus_dbeta(1, hints, x, beta) if dbeta is None else dbeta
         terms.append((dbeta * beta_dot).astype(x.dtype))
-    if not terms:
-        return jnp.zeros_like(x)
-    return sum(terms[1:], terms[0])
+    return terms
+
+
+def _total(x, terms):
+    return sum(terms[1:], terms[0]) if terms else jnp.zeros_like(x)
+
+
+def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):
+    """d softplus (`_tangent_terms`), summed."""
+    return _total(x, _tangent_terms(hints, x, beta, x_dot, beta_dot, dbeta))
 
 
 # The value itself carries a JVP: higher-order derivatives differentiate the
@@ -100,6 +108,18 @@ if _compat.HiPrim is not None:
 
         def jvp(self, primals, tangents):
             x, beta = primals
+            if _eager(*primals, *tangents):
+                # An eager jax.jvp: value and tangent in one jitted call, as
+                # a jitted function's JVP is. A nested one keeps the rules
+                # op by op, which compile nothing per level of nesting.
+                zeros = tuple(_is_zero(t) for t in tangents)
+                dots = [0.0 if z else t for z, t in zip(zeros, tangents, strict=True)]
+                y, terms = _value_and_terms(
+                    x, beta, *dots, hints=self.hints, zeros=zeros
+                )
+                # Summed here as elsewhere, not contracted into an FMA in
+                # the jit: the bits of every other route.
+                return y, _total(x, terms)
             y = _softplus_value(self.hints, x, beta)
             return y, _tangent(self.hints, x, beta, *tangents)
 
@@ -120,6 +140,19 @@ if _compat.HiPrim is not None:
 
     def _zero_like(v):
         return _compat.HiZero(jax.typeof(v).to_tangent_aval())
+
+    def _eager(*values):
+        """Whether a rule runs at the top level on concrete values (symbolic
+        zero tangents aside)."""
+        live = [v for v in values if not _is_zero(v)]
+        return _compat.trace_state_clean() and not any(map(_compat.is_tracer, live))
+
+    @partial(jax.jit, static_argnames=("hints", "zeros"))
+    def _value_and_terms(x, beta, x_dot, beta_dot, *, hints, zeros):
+        x_dot = _zero_like(x) if zeros[0] else x_dot
+        beta_dot = _zero_like(beta) if zeros[1] else beta_dot
+        terms = _tangent_terms(hints, x, beta, x_dot, beta_dot)
+        return _softplus_value(hints, x, beta), terms
 
     def _bind_hi(x, beta, hints):
         return _Softplus(jax.typeof(x), jax.typeof(beta), hints)(x, beta)
@@ -179,34 +212,37 @@ MECHANISM = "custom_vjp" if _compat.HiPrim is None else "hiprim"
 
 
 def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
-    r"""SoftPlus, $\frac{1}{\beta}\log\left(1 + e^{\beta x}\right)$.
+    """SoftPlus: (1 / beta) * log(1 + exp(beta * x)).
 
-    Computed as $[\beta x > 0]\,x + \log\!\left(1 + e^{-|\beta x|}\right)/\beta$:
-    it never overflows, keeps full relative accuracy where $\beta x \ll 0$,
-    and is accurate to about 2 ulp in float32 for any beta. bfloat16 and
-    float16 are computed in float32 and rounded once.
+    Computed as [beta * x > 0] * x + log1p(exp(-|beta * x|)) / beta: it
+    never overflows and keeps full relative accuracy where beta * x << 0.
+    float32 is within 2 ulp of the exact value for any beta, float64 within
+    1 ulp; bfloat16, float16 and the float8 and float4 types are computed in
+    float32 and rounded once (docs/accuracy.md has the bounds and how they
+    were found).
 
     A drop-in for `jax.nn.softplus` (beta = 1): integers and bools promote
     to the default float dtype and a weakly typed input gives a weakly typed
     result, as there. Its reverse mode is a custom VJP whose backward pass
     binds `softplus_backward_p` once for `x`. When `beta` is differentiated
-    too it gets, summed over `x`,
-    $\partial/\partial\beta = -(a\,\sigma(-a) + \log(1 + e^{-a}))/\beta^2$
-    with $a = |\beta x|$: no cancellation, within 3.5 ulp in float32. When
-    it is not, that cotangent costs nothing. Forward mode (`jax.jvp`,
+    too, it gets d softplus / d beta = -(a * sigmoid(-a) + log1p(exp(-a))) /
+    beta**2 with a = |beta * x|, summed over `x`: no cancellation. When it is
+    not, that cotangent costs nothing. Forward mode (`jax.jvp`,
     `jax.jacfwd`, `jax.linearize`) works on JAX 0.9 and newer and gives the
-    bits of reverse mode; on JAX 0.8 it raises `TypeError` (a
-    `jax.custom_vjp` there), while `jax.hessian` works on both.
+    bits of reverse mode; on JAX 0.8, where the op is a `jax.custom_vjp`,
+    forward mode fails (docs/sharp_bits.md says how), while `jax.hessian`
+    works on both.
 
     Args:
-      x: float32, bfloat16 or float16 array (float64 with `jax_enable_x64`),
-        or integers and bools, promoted as by `jax.nn.softplus`.
-      beta: a nonzero real scalar, default 1.0; may be traced and
+      x: an array of float32, bfloat16, float16, float8 or float4 (float64
+        with `jax_enable_x64`), or of integers or bools, promoted as by
+        `jax.nn.softplus`; a Python or NumPy scalar, or a NumPy array.
+      beta: a nonzero real scalar, default 1.0; it may be traced and
         differentiated.
 
     Returns:
-      An array with the shape of `x`, of its (promoted) dtype, weakly typed
-      where `x` is.
+      An array of the shape of `x` and of its (promoted) dtype, weakly
+        typed where `x` is.
 
     Raises:
       TypeError: complex or non-numeric `x`, or a `beta` that is not real.
@@ -221,6 +257,11 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       >>> jax.grad(lambda x: softplus(x, 2.0))(jnp.float32(0.0))
       Array(0.5, dtype=float32)
     """
+    fast = _dispatch.host_forward_call(x, beta)
+    if fast is None:
+        fast = _dispatch.array_forward_call(x, beta)
+    if fast is not None:
+        return fast
     x, weak = _validate.check_forward_operand(x)
     checked, hints = _validate.check_beta(beta, x.dtype, forward=True)
     y = _dispatch.forward_call(x, beta, checked, hints, _traced)

@@ -21,8 +21,17 @@ from jax_softplus import _compat
 _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _F32 = jnp.dtype(jnp.float32)
 _F64 = jnp.dtype(jnp.float64)
-# Every dtype the kernels compute in, whatever the x64 setting.
+# The dtypes of oneDNN's SoftPlusBackward (and float64), whatever the x64
+# setting: what `softplus_backward` takes.
 ALL_DATA_DTYPES = frozenset((_F32, *_HALF, _F64))
+
+
+def kernel_dtype(dtype: Any) -> bool:
+    """Whether the kernels take data of this dtype: every float dtype, the
+    narrow ones (float8, float4) computed in float32 and rounded once, as
+    bfloat16 and float16 are (`softplus`'s gradient binds the primitive on
+    them; `softplus_backward` itself keeps oneDNN's dtypes)."""
+    return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def data_dtypes() -> tuple[np.dtype, ...]:
@@ -33,7 +42,7 @@ def data_dtypes() -> tuple[np.dtype, ...]:
 
 def _accepted(promote: bool = False) -> str:
     names = ", ".join(d.name for d in data_dtypes())
-    return f"{names}, integer or bool" if promote else names
+    return f"{names}, float8, float4, integer or bool" if promote else names
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -42,7 +51,7 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _is_python_scalar(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return type(value) in (int, float)
 
 
 def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
@@ -71,16 +80,22 @@ def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
     dtype = np.dtype(dtype)
     if promote and _promotes(dtype):
         return jax.dtypes.canonicalize_dtype(dtype)
-    if dtype not in ALL_DATA_DTYPES:
-        if promote:
-            raise TypeError(
-                f"{name} has dtype {dtype}; softplus accepts {_accepted(True)} "
-                "(integers and bools promote to the default float dtype, as in "
-                "jax.nn.softplus)."
-            )
+    if promote and not kernel_dtype(dtype):
+        raise TypeError(
+            f"{name} has dtype {dtype}; softplus accepts {_accepted(True)} "
+            "(integers and bools promote to the default float dtype, as in "
+            "jax.nn.softplus)."
+        )
+    if not promote and dtype not in ALL_DATA_DTYPES:
+        narrow = (
+            " (float8 and float4 data: softplus takes them, and its gradient; "
+            "this op keeps oneDNN's SoftPlusBackward dtypes)"
+            if kernel_dtype(dtype)
+            else ""
+        )
         raise TypeError(
             f"{name} has dtype {dtype}; softplus_backward accepts {_accepted()} "
-            "and does not promote other dtypes (cast explicitly, e.g. "
+            f"and does not promote other dtypes{narrow} (cast explicitly, e.g. "
             "x.astype(jnp.float32))."
         )
     # float64 becomes float32 unless x64 is on, as everywhere in JAX.
@@ -88,7 +103,8 @@ def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
 
 
 def _promotes(dtype: np.dtype) -> bool:
-    return dtype.kind in "biu"  # bool, signed, unsigned
+    # bool, signed and unsigned, int4 and int2 included (a NumPy kind of "V")
+    return dtype == np.bool_ or bool(jnp.issubdtype(dtype, jnp.integer))
 
 
 @functools.lru_cache(maxsize=64)
@@ -106,8 +122,9 @@ def _promoted(dtype: np.dtype, weak: bool, x64: bool) -> tuple[np.dtype, bool]:
 
 def is_weak(value: Any) -> bool:
     """Whether `value` is weakly typed (a Python scalar, or a JAX value
-    derived from one), as JAX's promotion rules define it."""
-    if isinstance(value, (bool, int, float, complex)):
+    derived from one), as JAX's promotion rules define it. A NumPy scalar is
+    strongly typed, though `np.float64` subclasses `float`."""
+    if type(value) in (bool, int, float, complex):
         return True
     # An attribute of arrays and tracers alike: no aval is built.
     return isinstance(value, jax.Array) and value.weak_type
@@ -218,6 +235,17 @@ def check_operands(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array, bool]
     return src, diff_dst, weak
 
 
+def real_dtype(dtype: Any) -> bool:
+    """Whether `softplus` takes data of this dtype (as `jax.nn.softplus`
+    does): a real float, integer or bool dtype."""
+    dtype = np.dtype(dtype)
+    return (
+        jnp.issubdtype(dtype, jnp.floating)
+        or jnp.issubdtype(dtype, jnp.integer)
+        or dtype == np.bool_
+    )
+
+
 def _is_real_dtype(dtype: Any) -> bool:
     dtype = np.dtype(dtype)
     return dtype != np.bool_ and (
@@ -265,7 +293,8 @@ def check_beta(
             )
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
-            "beta must be a real scalar (a Python float or a 0-d float array), "
+            "beta must be a real scalar (a Python int or float, or a 0-d integer "
+            "or float array), "
             f"got {type(value).__name__} {value!r:.60}."
         )
     if _compat.is_tracer(value):

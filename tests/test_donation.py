@@ -127,6 +127,29 @@ def test_a_diff_dst_with_a_numpy_view_is_not_donated_and_says_so():
     assert dd.is_deleted()
 
 
+@pytest.mark.parametrize("size", [None, 1000], ids=["0-d", "1000"])
+def test_a_weakly_typed_diff_dst_is_donated(size):
+    # It was converted to a strongly typed copy, and the copy donated: the
+    # caller's array stayed alive, with no warning.
+    from jax_softplus import _compat
+
+    shape = () if size is None else (size,)
+    src = jnp.linspace(-3.0, 3.0, size or 1).reshape(shape)
+    dd = _compat.weakly_typed(jnp.full(shape, 2.0))
+    assert dd.weak_type
+    want = softplus_backward(src, jnp.full(shape, 2.0), 1.7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = softplus_backward_inplace(src, dd, 1.7)
+    assert dd.is_deleted() and not out.weak_type
+    np.testing.assert_array_equal(out, want)
+    # One weak array as src, diff_dst and beta (beta read before donation).
+    a = _compat.weakly_typed(jnp.asarray(2.0))
+    out = softplus_backward_inplace(a, a, a)
+    assert a.is_deleted()
+    np.testing.assert_array_equal(out, softplus_backward(2.0, 2.0, 2.0))
+
+
 def test_numpy_diff_dst_is_accepted():
     # Copied to a buffer of its own, which is donated: on the CPU jnp.asarray
     # may share an aligned NumPy array's memory, and the runtime declined to

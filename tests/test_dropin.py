@@ -33,6 +33,12 @@ INPUTS = {
     "python-float": lambda: 0.5,
     "weak-array": lambda: jnp.asarray(0.5),
     "float16": lambda: jnp.float16(1.5),
+    # np.float64 subclasses float: it was taken for a Python scalar (weak).
+    "numpy-float64": lambda: np.float64(0.5),
+    "numpy-float32": lambda: np.float32(0.5),
+    "numpy-float32-array": lambda: np.linspace(-3, 3, 7, dtype=np.float32),
+    "int4": lambda: jnp.asarray([-2, 0, 1, 3], jnp.int4),
+    "uint4": lambda: jnp.asarray([0, 1, 2, 3], jnp.uint4),
 }
 
 
@@ -57,6 +63,45 @@ def test_types_and_values_are_jax_nn_softplus(name, x64):
             )
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+NARROW = (
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e3m4",
+    "float4_e2m1fn",
+)
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_float8_and_float4_in_give_them_out_correctly_rounded(name):
+    # They were a TypeError; jax.nn.softplus takes them (float8 in, float8
+    # out). Computed in float32 and rounded once: the correctly rounded value.
+    dtype = getattr(jnp, name)
+    x = jnp.asarray(np.random.default_rng(3).uniform(-6, 6, 256), dtype)
+    want = jax.nn.softplus(x)
+    exact = np.logaddexp(np.asarray(x.astype(jnp.float32), np.float64), 0.0)
+    for got in (softplus(x), jax.jit(softplus)(x), softplus(x, 1.0)):
+        assert got.dtype == want.dtype and not _weak(got)
+        np.testing.assert_array_equal(got, jnp.asarray(exact, dtype))
+    # Differentiable in x and beta; the beta gradient in float32.
+    g = jax.grad(lambda v: softplus(v).astype(jnp.float32).sum())(x)
+    assert g.dtype == dtype
+    sig = 1 / (1 + np.exp(-np.asarray(x.astype(jnp.float32), np.float64)))
+    np.testing.assert_array_equal(g, jnp.asarray(sig, dtype))
+    gb = jax.grad(lambda b: softplus(x, b).astype(jnp.float32).sum())(1.5)
+    assert gb.dtype == jnp.float32 and np.isfinite(gb)
+
+
+def test_a_numpy_float64_scalar_is_strongly_typed_in_every_op():
+    bf16 = jnp.ones(2, jnp.bfloat16)
+    with jax.numpy_dtype_promotion("standard"):  # JAX's default
+        assert (softplus(np.float64(0.5)) * bf16).dtype == jnp.float32
+        assert (jax.nn.softplus(np.float64(0.5)) * bf16).dtype == jnp.float32
+        out = softplus_backward(np.float64(0.5), np.float64(1.0))
+        assert not _weak(out) and (out * bf16).dtype == jnp.float32
+    assert _weak(softplus_backward(0.5, 1.0))
 
 
 def test_a_weak_result_takes_the_other_operands_dtype():

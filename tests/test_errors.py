@@ -180,3 +180,9 @@ def test_lists_of_jax_scalars_are_arrays_of_their_dtype(dtype):
 def test_a_list_that_is_no_array_names_the_argument():
     with pytest.raises(TypeError, match="^x "):
         softplus([jnp.asarray(1.0, jnp.bfloat16), "a"])
+
+
+def test_the_backward_op_keeps_onednns_dtypes_and_says_softplus_takes_float8():
+    x = jnp.ones(3, jnp.float8_e4m3fn)
+    with pytest.raises(TypeError, match="float8 and float4 data: softplus takes"):
+        softplus_backward(x, x)

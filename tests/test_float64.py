@@ -132,5 +132,10 @@ def test_a_reduction_keeps_the_backward_kernel_in_one_loop(x64):
     # four loops with three intermediates (1.5 MiB at 64K elements).
     x = jnp.linspace(-3.0, 3.0, 1 << 16)
     f = jax.jit(lambda s, d: jnp.sum(softplus_backward(s, d, 1.7)))
-    compiled = f.lower(x, x).compile()
-    assert compiled.memory_analysis().temp_size_in_bytes <= x.nbytes
+    temps = f.lower(x, x).compile().memory_analysis().temp_size_in_bytes
+    # One array for the kernel's output, plus what the reduction itself
+    # keeps in the naive formula's program (JAX 0.8's XLA: 16 KiB of
+    # partial sums; 0.10: none).
+    naive = jax.jit(lambda s, d: jnp.sum(d * jax.nn.sigmoid(1.7 * s)))
+    reduction = naive.lower(x, x).compile().memory_analysis().temp_size_in_bytes
+    assert temps <= x.nbytes + reduction
