@@ -24,7 +24,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from jax_softplus import softplus, softplus_backward  # noqa: E402
-from jax_softplus.tools import references  # noqa: E402
+from jax_softplus.tools import _references as references  # noqa: E402
 
 
 def samples(draws):

@@ -52,6 +52,7 @@ from jax_softplus.tools._common import (
     DTYPES,
     cpu_count,
     machine,
+    machine_line,
     naive_backward,
     parse_dtype,
     print_rows,
@@ -411,6 +412,9 @@ def main(argv=None):
         default="1M,16M,128M",
         help="three sizes: L3-resident, past the L3, far past it",
     )
+    p.add_argument(
+        "--tables", metavar="DIR", help="write roofline.md (and .json) into DIR"
+    )
     args = p.parse_args(argv)
     if jax.default_backend() != "cpu":
         p.error(f"the roofline reads XLA:CPU's code, not {jax.default_backend()}'s")
@@ -455,7 +459,35 @@ def main(argv=None):
             "throttled core): the cycle counts are uncertain by as much"
         )
     print_rows(rows, _columns(sizes))
+    if args.tables:
+        write_tables(args.tables, rows, cal, sizes, f"{clock}; per core, in {unit}")
     return rows, cal
+
+
+def write_tables(directory, rows, cal, sizes, clock_line):
+    """roofline.md (the docs include it) and roofline.json, naming the
+    machine and the measured clock."""
+    import json
+    from dataclasses import asdict
+
+    os.makedirs(directory, exist_ok=True)
+    columns = _columns(sizes)
+    lines = [
+        "| " + " | ".join(name for name, _, _ in columns) + " |",
+        "|" + "|".join("---:" if right else "---" for _, _, right in columns) + "|",
+    ]
+    for r in rows:
+        lines.append("| " + " | ".join(cell(r) for _, cell, _ in columns) + " |")
+    m = machine()
+    with open(os.path.join(directory, "roofline.md"), "w") as f:
+        f.write(
+            f"Measured on {machine_line(m)}; {clock_line}. Written by "
+            f"`python maintainers/roofline.py --tables {directory}`.\n\n"
+        )
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(directory, "roofline.json"), "w") as f:
+        rows_json = [asdict(r) for r in rows]
+        json.dump({"machine": m, "calibration": cal, "rows": rows_json}, f, indent=1)
 
 
 if __name__ == "__main__":

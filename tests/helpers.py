@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus.tools.references import backward_ref, softplus_ref, ulp_error
+from jax_softplus.tools._references import backward_ref, softplus_ref, ulp_error
 
 __all__ = [
     "dtype_id",

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from jax_softplus._softplus import MECHANISM
 from jax_softplus.tools import bench
 
 
@@ -18,9 +19,11 @@ def test_cli_runs_every_section(tmp_path, capsys):
     )  # fmt: skip
     captured = capsys.readouterr()
     text = captured.out
-    # The progress line counts every section: 2 backward, 2 fwd+bwd, scaling
-    # and train step (--user-jit: tests below).
-    assert "[6/6] train step" in captured.err and "[7/" not in captured.err
+    # The progress lines count every section: 2 backward, 2 fwd+bwd, scaling
+    # and train step (--user-jit: tests below), one line each in a log.
+    steps = [line for line in captured.err.splitlines() if line.startswith("[")]
+    assert len(steps) == 6 and steps[-1].startswith("[6/6")
+    assert steps[-1].endswith("train step") and "[7/" not in captured.err
     for needle in ("donated", "fresh", "fwd+bwd", "scaling", "train step"):
         assert needle in text
     rows = json.loads(out.read_text())["rows"]
@@ -131,3 +134,33 @@ def test_the_docs_tables_lead_with_the_users_jit_and_name_the_machine(tmp_path):
     assert f"{ours['user jit donated']:.2f}" in lines[0]
     assert "x floor: the median over rounds" in (tmp_path / "bench.md").read_text()
     assert json.loads((tmp_path / "bench.json").read_text())["machine"]["jax"]
+
+
+def test_the_derivative_and_eager_sections(tmp_path, capsys):
+    bench.main(
+        ["--sizes", "1K", "--repeats", "1", "--dtypes", "f32", "--betas", "1.7",
+         "--no-torch", "--derivatives", "2K", "--eager", "--tables", str(tmp_path)]
+    )  # fmt: skip
+    data = json.loads((tmp_path / "bench.json").read_text())
+    routes = {r["route"] for r in data["derivatives"]}
+    assert routes == set(bench.DERIVATIVE_ROUTES)
+    for r in data["derivatives"]:
+        assert r["median_s"] > 0 and r["formula_s"] > 0 and r["ratio"] > 0
+        assert r["compile_s"] > 0 and r["formula_compile_s"] > 0
+        assert r["temps"] >= 0 and r["formula_temps"] > 0  # the formula's loops
+    calls = {r["call"] for r in data["eager"]}
+    assert calls == set(bench._eager_cases())
+    assert "softplus, Python float" in calls
+    # Forward mode through softplus needs JAX 0.9 (sharp bits).
+    assert ("jax.jvp of softplus, float32[1000]" in calls) == (MECHANISM == "hiprim")
+    assert all(r["median_us"] > 0 and r["ratio"] > 0 for r in data["eager"])
+    table = (tmp_path / "bench-derivatives.md").read_text()
+    assert (
+        table.startswith("Measured on ")
+        and "| jax.hessian in beta | f32 | 2K |" in table
+    )
+    assert "| softplus, Python float |" in (tmp_path / "bench-eager.md").read_text()
+    # One progress line per step in a log, with the time left.
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("[")]
+    assert len(lines) == len(set(lines)) and any("min left" in line for line in lines)

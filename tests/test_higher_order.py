@@ -30,7 +30,8 @@ from jax.interpreters import mlir
 
 from jax_softplus import _families, softplus, softplus_backward
 from jax_softplus._softplus import MECHANISM
-from jax_softplus.tools import derivatives, references
+from jax_softplus.tools import _references as references
+from jax_softplus.tools import _routes as derivatives
 
 SETTINGS = settings(
     max_examples=2,

@@ -1,13 +1,18 @@
 """Measurement tools beside the op, not part of it.
 
 - `python -m jax_softplus.tools.bench`: time the op against an XLA `a * b`,
-  the naive formula, `jax.nn.softplus` autodiff and PyTorch (if installed).
+  the naive formula, `jax.nn.softplus` autodiff and PyTorch (if installed),
+  each derivative route against the formula, and eager calls.
 - `python -m jax_softplus.tools.accuracy`: error in ulps of every value and
-  derivative against float64 and mpmath references.
-- `derivatives` and `references`: the routes of JAX autodiff and the
-  exact values (mpmath) both tools and the tests measure with.
+  derivative against float64 and mpmath references, float64 by a search.
+- `python -m jax_softplus.tools.specials`: what every derivative returns at
+  infinities, NaN, -0.0, beta = 0 and subnormal betas, each cell checked.
 
-Their plots and the mpmath references need the `[bench]` extra. The
-maintainers' tools (the roofline of the compiled loop, the polynomial fits
-behind the kernels' constants) live in the repository's `maintainers/`.
+Private helpers: `_routes` (the routes of JAX autodiff), `_references` (the
+exact values both tools and the tests measure against) and `_search` (the
+worst-case search). The plots and the mpmath references need the `[bench]`
+extra (`pip install -e ".[bench]"` in a checkout). The maintainers' tools
+(the roofline of the compiled loop, the polynomial fits behind the kernels'
+constants, the exhaustive float32 run) live in the repository's
+`maintainers/`.
 """

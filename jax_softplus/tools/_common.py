@@ -43,7 +43,7 @@ def require(module, option, parser):
     if importlib.util.find_spec(module) is None:
         parser.error(
             f"{option} needs {module}, which is not installed: "
-            "pip install 'jax-softplus[bench]'"
+            'pip install -e ".[bench]" from a checkout'
         )
 
 

@@ -10,7 +10,7 @@ rounded inputs; a sample of it is checked against mpmath at 50 digits.
 Only inputs whose exact result is a normal number of the dtype count: XLA
 on CPU flushes subnormal results to zero.
 
-The references (`jax_softplus.tools.references`) are also what the test
+The references (`jax_softplus.tools._references`) are also what the test
 suite measures against.
 """
 
@@ -29,7 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.tools import _search, derivatives, references
+from jax_softplus.tools import _references as references
+from jax_softplus.tools import _routes as derivatives
+from jax_softplus.tools import _search
 from jax_softplus.tools._common import (
     DTYPES,
     machine,
@@ -41,7 +43,7 @@ from jax_softplus.tools._common import (
     to_torch,
     torch_or_none,
 )
-from jax_softplus.tools.references import _f64, backward_ref, softplus_ref, ulp_error
+from jax_softplus.tools._references import _f64, backward_ref, softplus_ref, ulp_error
 
 BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
 # float64 also at betas the kernels rebalance (|beta| beyond 2**512).
@@ -886,7 +888,7 @@ def main(argv=None):
         dtypes = [d for d in dtypes if d != "f64"]
     skip_note = (
         f"skipped {' and '.join(skipped)}: they need mpmath, which is not "
-        "installed (pip install 'jax-softplus[bench]')"
+        'installed (pip install -e ".[bench]" from a checkout)'
         if skipped
         else ""
     )

@@ -41,6 +41,7 @@ from jax_softplus import (
     softplus_backward,
     softplus_backward_inplace,
 )
+from jax_softplus._softplus import MECHANISM
 from jax_softplus.tools._common import (
     DTYPES,
     cpu_count,
@@ -382,6 +383,250 @@ def bench_train_step(repeats, progress, batch=256):
     return _rows("train step", "f32", batch, 1.7, 4, times, ratios)
 
 
+# Derivative routes ---------------------------------------------------------
+# What users differentiate softplus by, beta learnable, the loss a sum: each
+# route in a user's jit with XLA's default options, against the formula
+# jax.nn.softplus(b * x) / b differentiated by JAX the same way.
+
+
+def _loss(f):
+    return lambda x, b: f(x, b).sum()
+
+
+def _nth_beta(f, n):
+    g = _loss(f)
+    for _ in range(n):
+        g = jax.grad(g, 1)
+    return g
+
+
+DERIVATIVE_ROUTES = {
+    "grad in beta": lambda f: jax.grad(_loss(f), 1),
+    "jax.hessian in beta": lambda f: jax.hessian(_loss(f), 1),
+    "grad(grad) in beta": lambda f: _nth_beta(f, 2),
+    "jvp(grad) in beta": lambda f: (
+        lambda x, b: jax.jvp(
+            lambda b: jax.grad(_loss(f), 1)(x, b), (b,), (jnp.ones_like(b),)
+        )[1]
+    ),
+    "third order in beta": lambda f: _nth_beta(f, 3),
+    "fourth order in beta": lambda f: _nth_beta(f, 4),
+    "2x2 Hessian (x scale, beta)": lambda f: (
+        lambda x, b: jax.hessian(lambda s, b: _loss(f)(s * x, b), (0, 1))(
+            jnp.ones_like(b), b
+        )
+    ),
+    "gradient penalty (d/dbeta of |grad_x|^2)": lambda f: (
+        lambda x, b: jax.grad(lambda b: jnp.sum(jax.grad(_loss(f), 0)(x, b) ** 2), 0)(b)
+    ),
+    "grad(grad) in x": lambda f: (
+        lambda x, b: jax.grad(lambda x: jax.grad(_loss(f), 0)(x, b).sum())(x)
+    ),
+}
+FORMULA = "formula"
+
+
+def _formula(x, b):
+    bx = b.astype(x.dtype)
+    return jax.nn.softplus(bx * x) / bx
+
+
+@dataclass
+class DerivativeRow:
+    route: str
+    dtype: str
+    size: int
+    median_s: float  # jax_softplus
+    formula_s: float
+    ratio: float  # median of per-round ratios to the formula
+    temps: int  # bytes of temporaries (`memory_analysis`)
+    formula_temps: int
+    compile_s: float  # trace, lower and compile, a fresh jit
+    formula_compile_s: float
+
+
+def _compile_seconds(fn, *args):
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return time.perf_counter() - t0, compiled
+
+
+def bench_derivatives(n, dt, repeats, progress, routes=None):
+    """Each route's time, temporaries and compile time over the formula's."""
+    dtype = DTYPES[dt]
+    x, _ = sample_data(n, dtype, seed=2)
+    b = jnp.float32(1.7)
+    rows = []
+    for name in routes or DERIVATIVE_ROUTES:
+        make = DERIVATIVE_ROUTES[name]
+        ours, formula = make(softplus), make(_formula)
+        compile_times = {"ours": [], "formula": []}
+        for _ in range(min(3, repeats)):  # a fresh jit each time, alternating
+            for key, fn in (("ours", ours), ("formula", formula)):
+                seconds, compiled = _compile_seconds(lambda *a, fn=fn: fn(*a), x, b)
+                compile_times[key].append(seconds)
+        temps = {
+            key: jax.jit(fn).lower(x, b).compile().memory_analysis().temp_size_in_bytes
+            for key, fn in (("ours", ours), ("formula", formula))
+        }
+        calls = {
+            FORMULA: _Fresh(jax.jit(formula), x, b),
+            "jax_softplus": _Fresh(jax.jit(ours), x, b),
+        }
+        times, ratios = _measure(calls, FORMULA, repeats, progress, _settle(n))
+        rows.append(
+            DerivativeRow(
+                name,
+                dt,
+                n,
+                float(np.median(times["jax_softplus"])),
+                float(np.median(times[FORMULA])),
+                float(np.median(ratios["jax_softplus"])),
+                int(temps["ours"]),
+                int(temps["formula"]),
+                float(np.median(compile_times["ours"])),
+                float(np.median(compile_times["formula"])),
+            )
+        )
+    return rows
+
+
+def derivatives_markdown(rows) -> str:
+    out = [
+        "| route | dtype | size | time | temporaries | compile time |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        temps = (
+            f"{r.temps / r.formula_temps:.2f}"
+            if r.formula_temps
+            else ("0 (none)" if not r.temps else f"{r.temps >> 10} KiB (formula: 0)")
+        )
+        out.append(
+            f"| {r.route} | {r.dtype} | {format_size(r.size)} | {r.ratio:.2f} | "
+            f"{temps} | {r.compile_s / r.formula_compile_s:.2f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+# Eager calls -------------------------------------------------------------------
+# Each kind of argument a user passes outside jit, ours over jax.nn.softplus
+# (the backward op over the naive formula, jitted once), timed as the mean of
+# a burst of calls (dispatch is asynchronous: a burst is what a loop costs).
+
+
+def _eager_cases():
+    x = jnp.linspace(-3.0, 3.0, 1000, dtype=jnp.float32)
+    xn = np.asarray(x)
+    ones = jnp.ones_like(x)
+    # What users write, jitted once; it takes Python floats as they are.
+    naive = jax.jit(lambda s, d, b: d * jax.nn.sigmoid(b * s))
+    cases = {
+        "softplus, Python float": (softplus, jax.nn.softplus, (0.5,)),
+        "softplus, NumPy float32 scalar": (
+            softplus,
+            jax.nn.softplus,
+            (np.float32(0.5),),
+        ),
+        "softplus, NumPy float64 scalar": (
+            softplus,
+            jax.nn.softplus,
+            (np.float64(0.5),),
+        ),
+        "softplus, NumPy float32[1000]": (softplus, jax.nn.softplus, (xn,)),
+        "softplus, NumPy int32[1000]": (
+            softplus,
+            jax.nn.softplus,
+            (np.arange(1000, dtype=np.int32),),
+        ),
+        "softplus, jax float32[1000]": (softplus, jax.nn.softplus, (x,)),
+        "softplus, jax float32 scalar": (
+            softplus,
+            jax.nn.softplus,
+            (jnp.float32(0.5),),
+        ),
+        "jax.grad of softplus, float32[1000]": (
+            jax.grad(lambda v: softplus(v).sum()),
+            jax.grad(lambda v: jax.nn.softplus(v).sum()),
+            (x,),
+        ),
+        "jax.jvp of softplus, float32[1000]": (
+            lambda v: jax.jvp(softplus, (v,), (ones,)),
+            lambda v: jax.jvp(jax.nn.softplus, (v,), (ones,)),
+            (x,),
+        ),
+        "softplus_backward, jax float32[1000]": (
+            lambda s, d: softplus_backward(s, d, 1.7),
+            lambda s, d: naive(s, d, 1.7),
+            (x, x),
+        ),
+        "softplus_backward, NumPy float32[1000]": (
+            lambda s, d: softplus_backward(s, d, 1.7),
+            lambda s, d: naive(s, d, 1.7),
+            (xn, xn),
+        ),
+        "softplus_backward, Python floats": (
+            lambda s, d: softplus_backward(s, d, 1.7),
+            lambda s, d: naive(s, d, 1.7),
+            (0.5, 1.0),
+        ),
+    }
+    if MECHANISM == "custom_vjp":  # JAX 0.8: softplus has no forward mode
+        del cases["jax.jvp of softplus, float32[1000]"]
+    return cases
+
+
+@dataclass
+class EagerRow:
+    call: str
+    median_us: float  # jax_softplus, per call
+    other_us: float  # jax.nn.softplus (or the naive formula), per call
+    ratio: float  # median of per-round ratios
+    against: str
+
+
+def _burst(fn, args, count):
+    def run():
+        out = None
+        for _ in range(count):
+            out = fn(*args)
+        return out
+
+    return run
+
+
+def bench_eager(repeats, progress, burst=200):
+    rows = []
+    for name, (ours, other, args) in _eager_cases().items():
+        against = "naive formula" if "backward" in name else "jax.nn.softplus"
+        calls = {
+            against: _burst(other, args, burst),
+            "jax_softplus": _burst(ours, args, burst),
+        }
+        times, ratios = _measure(calls, against, repeats, progress)
+        rows.append(
+            EagerRow(
+                name,
+                float(np.median(times["jax_softplus"])) / burst * 1e6,
+                float(np.median(times[against])) / burst * 1e6,
+                float(np.median(ratios["jax_softplus"])),
+                against,
+            )
+        )
+    return rows
+
+
+def eager_markdown(rows) -> str:
+    out = [
+        "| call | jax_softplus µs | against µs | ratio | against |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        times = f"{r.median_us:.1f} | {r.other_us:.1f}"
+        out.append(f"| {r.call} | {times} | {r.ratio:.2f} | {r.against} |")
+    return "\n".join(out) + "\n"
+
+
 def parse_size(text):
     text = text.strip().upper()
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
@@ -413,7 +658,7 @@ _COLUMNS = [
     ("beta", lambda r: f"{r.beta:.2g}", True),
     ("median ms", lambda r: f"{r.median_s * 1e3:.3f}", True),
     ("x floor", lambda r: f"{r.ratio:.2f}", True),
-    ("GB/s", lambda r: f"{r.gbps:.1f}", True),
+    ("GB/s", lambda r: f"{r.gbps:.1f}" if r.gbps else "", True),
     ("spread", lambda r: f"{r.spread:.2f}", True),
     ("vs naive", lambda r: _fmt_ratio(r.vs_naive), True),
     ("vs torch", lambda r: _fmt_ratio(r.vs_torch), True),
@@ -438,7 +683,8 @@ def legend(rows) -> str:
         f"and mode); {against}: the same against those methods. A median of "
         "per-round ratios need not equal the ratio of the median times: each "
         "round pairs a call with its neighbours', which cancels a shared "
-        "machine's drift."
+        "machine's drift. spread: (90th - 10th percentile) / median of the "
+        "method's own times, its run-to-run noise."
     )
 
 
@@ -493,26 +739,49 @@ def summary_markdown(rows) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_tables(directory, rows, m=None):
+def write_tables(directory, rows, m=None, derivative_rows=(), eager_rows=()):
     """The docs' tables: bench-summary.md (the lead table), bench.md (every
-    row) and bench.json, each naming the machine."""
+    row), bench-derivatives.md and bench-eager.md where those sections ran,
+    and bench.json, each naming the machine."""
     os.makedirs(directory, exist_ok=True)
     m = m or machine()
     where = f"Measured on {machine_line(m, caches=True)}."
-    with open(os.path.join(directory, "bench-summary.md"), "w") as f:
-        head = "jax_softplus's time over the naive formula in the same mode"
-        cols = "columns: dtype and beta"
-        f.write(f"{where} {head} (below 1: faster); {cols}.\n\n")
-        f.write(summary_markdown(rows))
-    with open(os.path.join(directory, "bench.md"), "w") as f:
-        f.write(f"{where}\n\n{markdown_table(rows)}\n{legend(rows)}\n")
+    if rows:
+        with open(os.path.join(directory, "bench-summary.md"), "w") as f:
+            head = "jax_softplus's time over the naive formula in the same mode"
+            cols = "columns: dtype and beta"
+            f.write(f"{where} {head} (below 1: faster); {cols}.\n\n")
+            f.write(summary_markdown(rows))
+        with open(os.path.join(directory, "bench.md"), "w") as f:
+            f.write(f"{where}\n\n{markdown_table(rows)}\n{legend(rows)}\n")
+    if derivative_rows:
+        with open(os.path.join(directory, "bench-derivatives.md"), "w") as f:
+            f.write(
+                f"{where} Each route in a user's `jax.jit` (XLA's default options), "
+                "beta learnable, the loss a sum, over the formula "
+                "`jax.nn.softplus(b * x) / b` differentiated the same way: time "
+                "(median of per-round ratios), temporaries (`memory_analysis`) and "
+                "compile time (trace, lower, compile a fresh jit; median of up to "
+                "3). "
+                "Below 1: cheaper.\n\n"
+            )
+            f.write(derivatives_markdown(derivative_rows))
+    if eager_rows:
+        with open(os.path.join(directory, "bench-eager.md"), "w") as f:
+            f.write(
+                f"{where} Eager calls (no jit), per call: the mean of a burst of 200 "
+                "calls (dispatch is asynchronous), median over interleaved rounds; "
+                "ratio: the median of per-round ratios.\n\n"
+            )
+            f.write(eager_markdown(eager_rows))
     with open(os.path.join(directory, "bench.json"), "w") as f:
-        json.dump({"machine": m, "rows": [asdict(r) for r in rows]}, f, indent=1)
+        json.dump(_json(m, rows, derivative_rows, eager_rows), f, indent=1)
 
 
-def plot(rows, path):
-    """Ratios to the floor per method (16M-ish, by dtype and mode) and the
-    scaling curve, side by side."""
+def plot(rows, path, machine_text=None):
+    """Ratios to the floor per method at the smallest size timed (by dtype,
+    mode and beta) and the scaling curve, side by side; the title names the
+    size and, given machine_text, the machine."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -525,6 +794,8 @@ def plot(rows, path):
     else:
         fig, ax = plt.subplots(1, 1, figsize=(9, 4.5))
     cells = [r for r in rows if r.mode in ("donated", "fresh") or "user" in r.mode]
+    size = min((r.size for r in cells), default=0)
+    cells = [r for r in cells if r.size == size]
     groups = list(dict.fromkeys((r.mode, r.dtype, r.beta) for r in cells))
     methods = list(dict.fromkeys(r.method for r in cells))
     width = 0.8 / max(1, len(methods))
@@ -542,7 +813,10 @@ def plot(rows, path):
     ax.set_ylabel("time / time of a*b in the same mode")
     if methods:
         ax.legend(fontsize=7)
-    ax.set_title("softplus_backward vs the a*b floor")
+    title = f"softplus_backward vs the a*b floor, {format_size(size)} elements"
+    if machine_text:
+        title += f"\n{machine_text}"
+    ax.set_title(title, fontsize=9)
     if scaling:
         _plot_scaling(ax2, scaling)
     fig.tight_layout()
@@ -594,6 +868,18 @@ def main(argv=None):
         help="also time per element over these sizes",
     )
     p.add_argument("--train-step", action="store_true", help="also time an MLP step")
+    p.add_argument(
+        "--derivatives",
+        nargs="?",
+        const="1M,16M",
+        default=None,
+        help="also time each derivative route against the formula, at these sizes",
+    )
+    p.add_argument(
+        "--eager",
+        action="store_true",
+        help="also time eager calls (Python, NumPy and JAX inputs, grad, jvp)",
+    )
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a plot of the ratios")
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
@@ -609,6 +895,9 @@ def main(argv=None):
         dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
         betas = [float(b) for b in args.betas.split(",") if b.strip()]
         scaling = [parse_size(s) for s in (args.scaling or "").split(",") if s]
+        derivative_sizes = [
+            parse_size(s) for s in (args.derivatives or "").split(",") if s
+        ]
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
     if args.repeats < 1:
@@ -620,17 +909,31 @@ def main(argv=None):
     jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
     total = len(jobs) * (2 if args.user_jit else 1)
     total += len(sizes) * len(dtypes) if args.fwd_bwd else 0
-    total += bool(scaling) + bool(args.train_step)
+    total += bool(scaling) + bool(args.train_step) + bool(args.eager)
+    total += len(derivative_sizes) * len(dtypes) * len(DERIVATIVE_ROUTES)
     done = [0]
+    started = time.perf_counter()
+    tty = sys.stderr.isatty()
+
+    printed = [-1]  # the last step a log line was written for
 
     def progress_for(label):
         def progress(i):
-            print(
-                f"\r[{done[0] + 1}/{total}] {label}: round {i + 1}/{args.repeats}   ",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
+            # A line redrawn on a terminal; in a log, one line per step (a
+            # step may time several modes), with the time left so far.
+            if not tty:
+                if printed[0] == done[0]:
+                    return
+                printed[0] = done[0]
+            spent = time.perf_counter() - started
+            left = spent / done[0] * (total - done[0]) if done[0] else None
+            eta = f", about {left / 60:.0f} min left" if left is not None else ""
+            where = f"[{done[0] + 1}/{total}{eta}] {label}"
+            if tty:
+                text = f"\r{where}: round {i + 1}/{args.repeats}"
+                print(f"{text:90}", end="", file=sys.stderr, flush=True)
+            else:
+                print(where, file=sys.stderr, flush=True)
 
         return progress
 
@@ -658,27 +961,52 @@ def main(argv=None):
     if args.train_step:
         rows += bench_train_step(args.repeats, progress_for("train step"))
         done[0] += 1
-    print("\r" + " " * 60 + "\r", end="", file=sys.stderr)
+    derivative_rows = []
+    for n in derivative_sizes:
+        for dt in dtypes:
+            for route in DERIVATIVE_ROUTES:
+                label = f"derivatives {dt} {format_size(n)}: {route}"
+                derivative_rows += bench_derivatives(
+                    n, dt, args.repeats, progress_for(label), (route,)
+                )
+                done[0] += 1
+    eager_rows = []
+    if args.eager:
+        eager_rows = bench_eager(args.repeats, progress_for("eager calls"))
+        done[0] += 1
+    if tty:
+        print("\r" + " " * 90 + "\r", end="", file=sys.stderr)
     m = machine()
-    print(
-        f"machine: {m['cpu']}, {m['cores']} cores, {m['isa'] or 'ISA unknown'}, "
-        f"caches {m['caches'] or 'unknown'}; jax {m['jax']} on {m['backend']}"
-    )
-    print_table(rows)
-    print(legend(rows))
+    print(f"machine: {machine_line(m, caches=True)}")
+    if rows:
+        print_table(rows)
+        print(legend(rows))
+    if derivative_rows:
+        print("\nDerivative routes in a user's jit, over the formula:")
+        print(derivatives_markdown(derivative_rows))
+    if eager_rows:
+        print("\nEager calls, per call:")
+        print(eager_markdown(eager_rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(
-                {"machine": machine(), "rows": [asdict(r) for r in rows]}, f, indent=1
-            )
+            json.dump(_json(m, rows, derivative_rows, eager_rows), f, indent=1)
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, machine_line(m))
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown_table(rows))
     if args.tables:
-        write_tables(args.tables, rows)
-    return rows
+        write_tables(args.tables, rows, m, derivative_rows, eager_rows)
+    return rows + derivative_rows + eager_rows
+
+
+def _json(m, rows, derivative_rows=(), eager_rows=()):
+    return {
+        "machine": m,
+        "rows": [asdict(r) for r in rows],
+        "derivatives": [asdict(r) for r in derivative_rows],
+        "eager": [asdict(r) for r in eager_rows],
+    }
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus.tools import derivatives, references
+from jax_softplus.tools import _references as references
+from jax_softplus.tools import _routes as derivatives
 from jax_softplus.tools._common import machine, machine_line
 
 INF, NAN = math.inf, math.nan
