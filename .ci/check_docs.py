@@ -1,4 +1,5 @@
-"""Check the built docs site: the API reference shows each example as code.
+"""Check the built docs site: the API reference shows each example as code
+and each function's one returned value as one row.
 
 mkdocstrings renders a Google-style `Examples:` section as a code block; an
 unrecognised header (`Example:`) made the `>>>` lines nested blockquotes,
@@ -28,6 +29,17 @@ for call in (
 prompts = page.count("&gt;&gt;&gt;")
 if prompts < 9:
     problems.append(f"only {prompts} '>>>' prompts in the API page")
+# Each function returns one array: a Returns table of one row (a docstring's
+# second line at the first one's indent made it a second returned value).
+returns = re.findall(r"Returns:.*?<tbody>(.*?)</tbody>", page, re.S)
+if not returns:
+    problems.append("the API page has no Returns table")
+for rows in returns:
+    if rows.count("<tr") != 1:
+        problems.append(f"a Returns table with {rows.count('<tr')} rows")
 if problems:
     sys.exit("docs check failed: " + "; ".join(problems))
-print(f"docs check: API examples render as code ({prompts} prompts)")
+print(
+    f"docs check: API examples render as code ({prompts} prompts), "
+    f"{len(returns)} Returns tables of one row"
+)

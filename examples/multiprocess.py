@@ -165,7 +165,12 @@ def run(coordinator: str, num_processes: int, process_id: int) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="More devices: --devices N host CPU devices per process, and "
+        "--launch K local processes (or --coordinator, --num-processes and "
+        "--process-id for processes of your own, one per host).",
+    )
     p.add_argument("--launch", type=int, metavar="N", help="start N local processes")
     p.add_argument("--devices", type=int, default=2, help="CPU devices per process")
     p.add_argument("--coordinator")
@@ -182,7 +187,11 @@ def main(argv=None):
         args.launch = 2  # run bare (or --quick): the local two-process run
     if args.launch:
         result = launch(args.launch, args.devices)
-        print(json.dumps({k: result[k] for k in ("processes", "devices", "losses")}))
+        losses = ", ".join(f"{v:.4f}" for v in result["losses"])
+        print(
+            f"{result['processes']} processes, {result['devices']} devices in all; "
+            f"loss per step: {losses}"
+        )
         return result
     result = run(args.coordinator, args.num_processes, args.process_id)
     if result and args.process_id == 0:

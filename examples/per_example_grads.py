@@ -60,11 +60,15 @@ def main(quick: bool = False):
     for _ in range(200 if quick else 500):
         learned, opt_state = step(learned, opt_state)
     err = float(jnp.max(jnp.abs(learned - true_betas)))
-    print(f"learned {n} betas; max error {err:.1e}")
+    print(f"learned {n} betas; the largest |learned - true beta| is {err:.1e}")
     return per_example, learned, true_betas
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from _devices import MORE_DEVICES
+
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=MORE_DEVICES
+    )
     parser.add_argument("--quick", action="store_true", help="tiny problem")
     main(parser.parse_args().quick)

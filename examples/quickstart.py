@@ -47,6 +47,8 @@ def main(quick: bool = False) -> dict[str, jax.Array]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+    from _devices import MORE_DEVICES
+
+    parser = argparse.ArgumentParser(description=__doc__, epilog=MORE_DEVICES)
     parser.add_argument("--quick", action="store_true", help="tiny arrays")
     main(parser.parse_args().quick)

@@ -1,8 +1,9 @@
 """Data-parallel training across devices with Mesh and NamedSharding.
 
-On one machine, ask XLA for 8 host devices:
+Run bare on a CPU, it asks XLA for 8 host devices before JAX starts (and
+says so); a count of your own wins:
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 python examples/sharded.py
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python examples/sharded.py
 
 The batch is sharded over the devices, the parameters are replicated, and
 JAX's SPMD partitioner runs softplus and its SoftPlusBackward primitive where
@@ -17,15 +18,21 @@ Run: python examples/sharded.py [--quick]
 
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":
+    # Before JAX starts: on a CPU, 8 host devices unless XLA_FLAGS says.
+    from _devices import MORE_DEVICES, ask_for_host_devices
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+    DEVICE_NOTE = ask_for_host_devices()
 
-from jax_softplus import softplus
+import argparse  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from jax_softplus import softplus  # noqa: E402
 
 
 def init(key, sizes):
@@ -75,6 +82,11 @@ def main(quick: bool = False):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=MORE_DEVICES
+    )
     parser.add_argument("--quick", action="store_true", help="20 small steps")
-    main(parser.parse_args().quick)
+    args = parser.parse_args()
+    if DEVICE_NOTE:
+        print(DEVICE_NOTE)
+    main(args.quick)

@@ -102,7 +102,11 @@ def main(quick=False, epochs=None, beta=1.0, seed=0):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from _devices import MORE_DEVICES
+
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=MORE_DEVICES
+    )
     parser.add_argument("--quick", action="store_true", help="3 epochs")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--beta", type=float, default=1.0)

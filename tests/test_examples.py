@@ -70,3 +70,42 @@ def test_shard_map_with_a_learnable_beta():
     first, last = (float(v) for v in losses.split(" -> "))
     assert last < 0.5 * first
     assert float(betas.split(" -> ")[1]) != 1.0  # beta learned
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_"))
+)
+def test_every_examples_help_says_how_to_run_it_on_more_devices(name):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "More devices" in " ".join(out.split())
+
+
+def test_a_sharded_example_run_bare_asks_for_host_devices_and_says_so(monkeypatch):
+    # Run bare on a CPU it printed "1 devices": it now asks XLA for 8 before
+    # JAX starts (a count in XLA_FLAGS wins) and says so.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    root = str(EXAMPLES.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "sharded.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=env,
+    ).stdout
+    assert "asked XLA for 8" in out and "8 devices" in out
