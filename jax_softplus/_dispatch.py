@@ -251,6 +251,8 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
     kind = type(src)
     if kind is not type(diff_dst) or type(beta) not in (float, int):
         return None
+    if isinstance(src, jax.Array):
+        return _array_backward_call(src, diff_dst, beta)
     if kind is np.ndarray:
         if src.dtype != diff_dst.dtype or src.shape != diff_dst.shape:
             return None
@@ -272,6 +274,40 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
             key,
             (eager_jit(_host_backward, hints), _host_beta(checked, key[4])),
         )
+    if not _compat.trace_state_clean():
+        return None
+    fun, placed = hit
+    return fun(src, diff_dst, placed)
+
+
+# (dtype, sharding, beta, x64) -> (jit, placed beta), for two live, strongly
+# typed JAX arrays of one kernel dtype, shape and layout.
+_ARRAY_BACKWARD: dict = {}
+
+
+def _array_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
+    if (
+        _compat.is_tracer(src)
+        or src.weak_type
+        or diff_dst.weak_type
+        or src.dtype != diff_dst.dtype
+        or src.shape != diff_dst.shape
+        or src.sharding != diff_dst.sharding
+        or src.is_deleted()
+        or diff_dst.is_deleted()
+    ):
+        return None
+    key = (src.dtype, src.sharding, beta, jax.config.jax_enable_x64)
+    hit = _ARRAY_BACKWARD.get(key)
+    if hit is None:
+        if src.dtype not in _validate.data_dtypes():
+            return None
+        checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
+        sharding = _scalar_sharding(src.sharding)
+        if sharding is None:
+            return None
+        placed = _placed(float(checked), checked.dtype, sharding)
+        hit = _remember(_ARRAY_BACKWARD, key, (eager_jit(bind, hints), placed))
     if not _compat.trace_state_clean():
         return None
     fun, placed = hit

@@ -258,3 +258,35 @@ def test_fma_detection_agrees_with_the_kernels_cpu_flags():
     with open("/proc/cpuinfo") as f:
         flags = next(line for line in f if line.startswith("flags")).split()
     assert _math.fma_contracts() == ("fma" in flags)
+
+
+# The derivative routes users take (the bench's --derivatives rows), each in
+# a user's jit with XLA's default options. Fenced from XLA:CPU's reduction
+# fusion, every order's family is one loop feeding the reduction: at most
+# the formula's temporaries. The one exception, float16's gradient penalty:
+# its beta gradient is summed from float32 terms (the formula's from float16
+# ones, rounded per element), two float32 arrays against three float16 ones.
+_FLOAT16_PENALTY = ("float16", "gradient penalty (d/dbeta of |grad_x|^2)")
+
+
+@pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16, jnp.float16))
+def test_every_derivative_route_has_at_most_the_formulas_temporaries(dtype):
+    from jax_softplus.tools import bench
+
+    n = 1 << 16
+    x = jnp.linspace(-3.0, 3.0, n).astype(dtype)
+    b = jnp.float32(1.7)
+    over = {}
+    for route, make in bench.DERIVATIVE_ROUTES.items():
+        # The routes mix float32 beta with the data, as users' code does.
+        with jax.numpy_dtype_promotion("standard"):
+            temps = [
+                jax.jit(f).lower(x, b).compile().memory_analysis().temp_size_in_bytes
+                for f in (make(softplus), make(bench._formula))
+            ]
+        allowed = temps[1] + 4096  # the reduction's partial sums may differ
+        if (jnp.dtype(dtype).name, route) == _FLOAT16_PENALTY:
+            allowed = temps[1] + 2 * n  # one float16 array more
+        if temps[0] > allowed:
+            over[route] = temps
+    assert not over, over
