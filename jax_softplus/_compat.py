@@ -36,6 +36,15 @@ if _Tracer is None:  # pragma: no cover - future JAX
     from jax._src.core import Tracer as _Tracer
 
 
+# The concrete array class, for the eager fast paths' one `type(x) is` test
+# (an isinstance test of jax.Array also admits tracers). If it moves, those
+# paths never match and every call takes the checked path.
+try:
+    from jax._src.array import ArrayImpl
+except ImportError:  # pragma: no cover - future JAX
+    ArrayImpl = None
+
+
 def is_tracer(value: Any) -> bool:
     """Whether `value` is a tracer (abstract under jit/vmap/grad)."""
     return isinstance(value, _Tracer)

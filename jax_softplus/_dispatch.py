@@ -209,28 +209,37 @@ _ARRAY_FORWARD: dict = {}
 
 def array_forward_call(x: Any, beta: Any) -> Any:
     """`softplus(x, beta)` at the top level for a JAX array that the kernel
-    takes as it is and a Python number `beta`; None otherwise."""
-    if type(beta) not in (float, int) or not isinstance(x, jax.Array):
-        return None
-    if _compat.is_tracer(x) or x.weak_type or x.is_deleted():
+    takes as it is and a Python number `beta`; None otherwise. The common
+    case is one dict lookup before the call."""
+    if type(x) is not _compat.ArrayImpl or type(beta) not in _PY_BETA or x.weak_type:
         return None
     key = (x.dtype, x.sharding, beta, jax.config.jax_enable_x64)
     hit = _ARRAY_FORWARD.get(key)
     if hit is None:
-        if x.dtype not in _validate.data_dtypes():
+        hit = _array_entry(_ARRAY_FORWARD, key, _kernels.softplus_kernel, True)
+        if hit is None:
             return None
-        checked, hints = _validate.check_beta(beta, x.dtype, forward=True)
-        sharding = _scalar_sharding(x.sharding)
-        if sharding is None:
-            return None
-        placed = _placed(float(checked), checked.dtype, sharding)
-        hit = _remember(
-            _ARRAY_FORWARD, key, (eager_jit(_kernels.softplus_kernel, hints), placed)
-        )
-    if not _compat.trace_state_clean():
+    if x.is_deleted() or not _compat.trace_state_clean():
         return None
     fun, placed = hit
     return fun(x, placed)
+
+
+_PY_BETA = (float, int)
+
+
+def _array_entry(cache, key, fun, forward):
+    """(the library's jit of `fun`, beta placed beside the data) for an
+    array path's key, remembered; None where the checked path must run."""
+    dtype, sharding, beta, _ = key
+    if dtype not in _validate.data_dtypes():
+        return None
+    scalar = _scalar_sharding(sharding)
+    if scalar is None:
+        return None
+    checked, hints = _validate.check_beta(beta, dtype, forward=forward)
+    placed = _placed(float(checked), checked.dtype, scalar)
+    return _remember(cache, key, (eager_jit(fun, hints), placed))
 
 
 def _host_backward(src, diff_dst, beta, *, hints):
@@ -251,7 +260,7 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
     kind = type(src)
     if kind is not type(diff_dst) or type(beta) not in (float, int):
         return None
-    if isinstance(src, jax.Array):
+    if kind is _compat.ArrayImpl:
         return _array_backward_call(src, diff_dst, beta)
     if kind is np.ndarray:
         if src.dtype != diff_dst.dtype or src.shape != diff_dst.shape:
@@ -287,28 +296,20 @@ _ARRAY_BACKWARD: dict = {}
 
 def _array_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
     if (
-        _compat.is_tracer(src)
-        or src.weak_type
+        src.weak_type
         or diff_dst.weak_type
         or src.dtype != diff_dst.dtype
         or src.shape != diff_dst.shape
         or src.sharding != diff_dst.sharding
-        or src.is_deleted()
-        or diff_dst.is_deleted()
     ):
         return None
     key = (src.dtype, src.sharding, beta, jax.config.jax_enable_x64)
     hit = _ARRAY_BACKWARD.get(key)
     if hit is None:
-        if src.dtype not in _validate.data_dtypes():
+        hit = _array_entry(_ARRAY_BACKWARD, key, bind, False)
+        if hit is None:
             return None
-        checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
-        sharding = _scalar_sharding(src.sharding)
-        if sharding is None:
-            return None
-        placed = _placed(float(checked), checked.dtype, sharding)
-        hit = _remember(_ARRAY_BACKWARD, key, (eager_jit(bind, hints), placed))
-    if not _compat.trace_state_clean():
+    if src.is_deleted() or diff_dst.is_deleted() or not _compat.trace_state_clean():
         return None
     fun, placed = hit
     return fun(src, diff_dst, placed)

@@ -257,9 +257,9 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       >>> jax.grad(lambda x: softplus(x, 2.0))(jnp.float32(0.0))
       Array(0.5, dtype=float32)
     """
-    fast = _dispatch.host_forward_call(x, beta)
+    fast = _dispatch.array_forward_call(x, beta)
     if fast is None:
-        fast = _dispatch.array_forward_call(x, beta)
+        fast = _dispatch.host_forward_call(x, beta)
     if fast is not None:
         return fast
     x, weak = _validate.check_forward_operand(x)

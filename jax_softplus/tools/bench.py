@@ -844,6 +844,11 @@ def main(argv=None):
         prog="python -m jax_softplus.tools.bench",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=(
+            "Each step prints a progress line with the time left. On 2 cores "
+            "the docs' run (--user-jit --fwd-bwd --train-step --derivatives "
+            "--eager --repeats 9) takes about 11 minutes."
+        ),
     )
     p.add_argument(
         "--sizes",
