@@ -6,10 +6,14 @@ Three ways in, one primitive:
   arrays closed over by one): the op binds `softplus_backward_p` (or traces
   the forward kernel) into the surrounding computation.
 - **Eager, at the top level**: the op runs one of the library's own jits,
-  compiled with 512-bit CPU vectors, with `beta` as an argument on the device
-  beside the data. This skips the Python of `bind` and JAX's dispatch:
-  16 us a call at 1K elements against 35 us through `apply_primitive` and
-  51 us through `bind` (docs/primitive.md, "Dispatch").
+  compiled with 512-bit CPU vectors, in one device call, with `beta` as an
+  argument on the device beside the data. Python numbers and NumPy values
+  go in as they are, to a jit keyed by their host metadata that checks and
+  promotes them on its tracers (`host_forward_call`, `host_backward_call`);
+  concrete JAX arrays to a jit keyed by dtype, layout and beta
+  (`array_forward_call`); anything else through the checks first (`call`).
+  This skips the Python of `bind` and JAX's dispatch (docs/benchmarks.md,
+  "Eager calls").
 - **The primitive's impl** (a direct `bind`, `disable_jit`, the op-by-op
   re-run of `debug_nans`, eager transformations): JAX's own
   `apply_primitive`, as for `lax.mul`. Under `debug_nans` it reports a NaN
@@ -113,6 +117,7 @@ def backward_call(src, diff_dst, beta, checked, hints):
 # passed as a Python float, which the jit takes without a copy of its own.
 
 _PY_NUMBERS = (bool, int, float)
+_PY_BETA = (float, int)  # a beta the fast paths take (bool: the checked path)
 
 
 def _host_kind(value: Any) -> Any:
@@ -181,7 +186,7 @@ def host_forward_call(x: Any, beta: Any) -> Any:
     """`softplus(x, beta)` at the top level for a host `x` and a Python
     number `beta`, in one dispatch; None where the checked path must run."""
     kind = _host_kind(x)
-    if kind is None or type(beta) not in (float, int):
+    if kind is None or type(beta) not in _PY_BETA:
         return None
     config = jax.config
     key = (kind, beta, config.jax_enable_x64, config.jax_default_device)
@@ -225,9 +230,6 @@ def array_forward_call(x: Any, beta: Any) -> Any:
     return fun(x, placed)
 
 
-_PY_BETA = (float, int)
-
-
 def _array_entry(cache, key, fun, forward):
     """(the library's jit of `fun`, beta placed beside the data) for an
     array path's key, remembered; None where the checked path must run."""
@@ -258,7 +260,7 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
     in one dispatch; None where the checked path must run (it gives mixed
     operands their dtypes and errors)."""
     kind = type(src)
-    if kind is not type(diff_dst) or type(beta) not in (float, int):
+    if kind is not type(diff_dst) or type(beta) not in _PY_BETA:
         return None
     if kind is _compat.ArrayImpl:
         return _array_backward_call(src, diff_dst, beta)
@@ -295,6 +297,7 @@ _ARRAY_BACKWARD: dict = {}
 
 
 def _array_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
+    """`host_backward_call` for two concrete JAX arrays; one lookup."""
     if (
         src.weak_type
         or diff_dst.weak_type

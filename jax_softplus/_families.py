@@ -145,15 +145,6 @@ def _horner(coeffs, w):
     return out
 
 
-def _power(m, k):
-    out = None
-    for _ in range(abs(k)):
-        out = m if out is None else out * m
-    if out is None:
-        return None
-    return out if k > 0 else lax.reciprocal(out)
-
-
 # A combination is a static tuple of terms (c, n, i, j), its value
 # dd * sum c src**i beta**j s^(n)(t). Each term is evaluated as a pair
 # (v, k), v of size near 1 and k an int32 exponent; the pairs are summed
@@ -190,7 +181,7 @@ def _parts(terms, hints, src, beta, dd=None, factor=None):
     parts = []
     for c, n, i, j in terms:
         y, k = bases[min(n, 1)]
-        factors = [f for f in (_power(ms, i), _power(mb, j)) if f is not None]
+        factors = [f for f in (_math.power(ms, i), _math.power(mb, j)) if f is not None]
         v = functools.reduce(lax.mul, factors, y)
         if n >= 2:
             even, odd = _slope_polynomial(n)
@@ -304,7 +295,7 @@ def _dbeta1_parts(hints, x, beta, coef, j):
     """coef * beta**j * D_1 as (v, k) pairs: -coef sign(beta)
     beta**(j - 1) (A + B)."""
     mb, eb = _frexp(beta)
-    scale = _power(mb, j - 1)
+    scale = _math.power(mb, j - 1)
     c = -coef * jnp.sign(beta)
     return [(v * c * scale, k + eb * (j - 1)) for v, k in _dbeta1(hints, x, beta)]
 

@@ -113,6 +113,17 @@ def times_pow2(y, k):
     return y * exp2_int(k1, y.dtype) * exp2_int(k - k1, y.dtype)
 
 
+def power(v, k):
+    """v**k for a static integer k by repeated multiplication (a reciprocal
+    last for k < 0); None for k = 0, a factor of 1 left out."""
+    out = None
+    for _ in range(abs(k)):
+        out = v if out is None else out * v
+    if out is None:
+        return None
+    return out if k > 0 else lax.reciprocal(out)
+
+
 def _split(v):
     """Split float32 v into hi + lo with 12 significant bits in each half."""
     hi = lax.bitcast_convert_type(lax.bitcast_convert_type(v, _I32) & _I32(-4096), _F32)

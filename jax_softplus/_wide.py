@@ -143,15 +143,6 @@ def _fenced(out, like):
     return _kernels.fusion_fence(out, lax.convert_element_type(like, _F32))
 
 
-def _power(v, k):
-    out = None
-    for _ in range(abs(k)):
-        out = v if out is None else out * v
-    if out is None:
-        return None
-    return out if k > 0 else 1.0 / out
-
-
 def _combination(terms, sig, slope_polynomial):
     """sum c src**i beta**j s^(n)(t) over `terms`, in float64 (no dd)."""
     tc = lax.clamp(-_A_MAX, sig.t, _A_MAX)
@@ -176,7 +167,8 @@ def _combination(terms, sig, slope_polynomial):
             # stays finite where s^(n) is 0.
             m = i if j < 0 else min(i, j)
             v = w * poly
-            for factor in (_power(tc, m), _power(sig.x, i - m), _power(sig.b, j - m)):
+            for of, k in ((tc, m), (sig.x, i - m), (sig.b, j - m)):
+                factor = _math.power(of, k)
                 if factor is not None:
                     v = v * factor
             if c != 1:
@@ -231,5 +223,5 @@ def dbeta(k, dbeta_terms, slope_polynomial, x, beta):
         else:
             terms, gamma = dbeta_terms(k)
             out = _combination(terms, sig, slope_polynomial)
-            out = out + first * (float(gamma) * _power(b, 1 - k))
+            out = out + first * (float(gamma) * _math.power(b, 1 - k))
         return _fenced(lax.convert_element_type(out, _F32), x)

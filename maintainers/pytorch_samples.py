@@ -9,7 +9,8 @@ PyTorch's `softplus_backward` with a random diff_dst. PyTorch returns x
 where beta x exceeds the sample's threshold (0.2 and -100 among them); the
 exact value is softplus's own there too, so those elements count against
 PyTorch, not for it. Prints how many elements are worse than PyTorch's by
-more than 1 ulp (the bar is none), and the largest excess.
+more than 1 ulp (the bar is none), and the largest excess; `--tables DIR`
+writes them to pytorch.md there, with the machine.
 
 Needs torch and expecttest (`pip install torch expecttest`), and mpmath.
 """
@@ -17,14 +18,14 @@ Needs torch and expecttest (`pip install torch expecttest`), and mpmath.
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax
 import numpy as np
 
-jax.config.update("jax_enable_x64", True)
-
-from jax_softplus import softplus, softplus_backward  # noqa: E402
-from jax_softplus.tools import _references as references  # noqa: E402
+from jax_softplus import softplus, softplus_backward
+from jax_softplus.tools import _references as references
+from jax_softplus.tools._common import machine_line, x64
 
 
 def samples(draws):
@@ -62,6 +63,13 @@ def _errors(got, exact):
 
 
 def compare(draws=64, seed=0):
+    """Per op, one (our errors, PyTorch's, x) per sample, float64 (x64 on
+    for the call only)."""
+    with x64():
+        return _compare(draws, seed)
+
+
+def _compare(draws, seed):
     import torch
 
     rng = np.random.default_rng(seed)
@@ -91,26 +99,65 @@ def compare(draws=64, seed=0):
     return out
 
 
+def summary(results):
+    """Per op: (elements, our max ulp, PyTorch's, elements worse than
+    PyTorch's by more than 1 ulp, the largest excess)."""
+    out = {}
+    for op, rows in results.items():
+        ours = np.concatenate([r[0] for r in rows])
+        theirs = np.concatenate([r[1] for r in rows])
+        excess = ours - theirs
+        out[op] = (
+            ours.size,
+            float(ours.max()),
+            float(theirs.max()),
+            int(np.count_nonzero(excess > 1.0)),
+            float(excess.max()),
+        )
+    return out
+
+
+def markdown(rows, draws, torch_version):
+    out = [
+        f"Measured on {machine_line()}, PyTorch {torch_version}; written by "
+        "`python maintainers/pytorch_samples.py --tables docs/tables`. float64, "
+        f"PyTorch's own OpInfo and module samples of softplus over {draws} "
+        "seeds, errors in ulps of the exact value (mpmath, from the float64 "
+        "inputs), per element:\n",
+        "| op | elements | jax_softplus, max | PyTorch, max | worse than PyTorch "
+        "by > 1 ulp | largest excess over PyTorch |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for op, (n, ours, theirs, worse, excess) in rows.items():
+        out.append(
+            f"| `{op}` | {n:,} | {ours:.2f} | {theirs:.3g} | {worse} | {excess:.2f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/pytorch_samples.py",
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--draws", type=int, default=64, help="seeds of the samples")
+    p.add_argument("--tables", metavar="DIR", help="write pytorch.md there")
     args = p.parse_args(argv)
     import torch
 
     print(f"torch {torch.__version__}, jax {jax.__version__}, {args.draws} draws")
-    for op, rows in compare(args.draws).items():
-        ours = np.concatenate([r[0] for r in rows])
-        theirs = np.concatenate([r[1] for r in rows])
-        excess = ours - theirs
-        worse = int(np.count_nonzero(excess > 1.0))
+    rows = summary(compare(args.draws))
+    for op, (n, ours, theirs, worse, excess) in rows.items():
         print(
-            f"{op}: {ours.size} elements; max error jax_softplus {ours.max():.3f} ulp, "
-            f"PyTorch {theirs.max():.3g} ulp; worse than PyTorch by more than 1 ulp: "
-            f"{worse}; largest excess {excess.max():.3f} ulp"
+            f"{op}: {n} elements; max error jax_softplus {ours:.3f} ulp, "
+            f"PyTorch {theirs:.3g} ulp; worse than PyTorch by more than 1 ulp: "
+            f"{worse}; largest excess {excess:.3f} ulp"
         )
+    if args.tables:
+        os.makedirs(args.tables, exist_ok=True)
+        with open(os.path.join(args.tables, "pytorch.md"), "w") as f:
+            f.write(markdown(rows, args.draws, torch.__version__))
+        print(f"table written to {args.tables}/pytorch.md")
 
 
 if __name__ == "__main__":

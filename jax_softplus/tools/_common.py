@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import importlib.util
 import os
@@ -25,6 +26,17 @@ _DTYPE_ALIASES = {
     "float16": "f16",
     "float64": "f64",
 }
+
+
+@contextlib.contextmanager
+def x64(enabled=True):
+    """float64 on (or off) for the block; the previous setting comes back."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", enabled)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)
 
 
 def parse_dtype(text):

@@ -42,6 +42,7 @@ from jax_softplus.tools._common import (
     require,
     to_torch,
     torch_or_none,
+    x64,
 )
 from jax_softplus.tools._references import _f64, backward_ref, softplus_ref, ulp_error
 
@@ -255,17 +256,13 @@ def measure(
     """
     rng = np.random.default_rng(seed)
     results = []
-    previous = jax.config.jax_enable_x64
-    try:
-        for dt in dtypes:
-            jax.config.update("jax_enable_x64", dt == "f64")
-            chosen = betas
-            if chosen is None:
-                chosen = BETAS + (EXTREME_BETAS_F64 if dt == "f64" else ())
-            count = n64 if dt == "f64" else n
+    for dt in dtypes:
+        chosen = betas
+        if chosen is None:
+            chosen = BETAS + (EXTREME_BETAS_F64 if dt == "f64" else ())
+        count = n64 if dt == "f64" else n
+        with x64(dt == "f64"):
             results += _measure_dtype(count, dt, chosen, rng, log)
-    finally:
-        jax.config.update("jax_enable_x64", previous)
     return results
 
 
@@ -457,16 +454,14 @@ def measure_derivatives(
     torch = torch_or_none()
     rng = np.random.default_rng(seed)
     results = []
-    previous = jax.config.jax_enable_x64
-    try:
-        for dt in dtypes:
-            dtype = {"f32": np.float32, "f64": np.float64}[dt]
-            jax.config.update("jax_enable_x64", dt == "f64")
-            for label in betas:
-                for dd_range in dict.fromkeys(d[4] for d in rows):
-                    group = [d for d in rows if d[4] == dd_range]
-                    if log:
-                        log(f"derivatives {dt} |beta| {label}")
+    for dt in dtypes:
+        dtype = {"f32": np.float32, "f64": np.float64}[dt]
+        for label in betas:
+            for dd_range in dict.fromkeys(d[4] for d in rows):
+                group = [d for d in rows if d[4] == dd_range]
+                if log:
+                    log(f"derivatives {dt} |beta| {label}")
+                with x64(dt == "f64"):
                     results += _measure_group(
                         group,
                         dtype,
@@ -477,8 +472,6 @@ def measure_derivatives(
                         torch,
                         rng,
                     )
-    finally:
-        jax.config.update("jax_enable_x64", previous)
     return results
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as derivatives
-from jax_softplus.tools._common import machine, machine_line
+from jax_softplus.tools._common import machine, machine_line, x64
 
 INF, NAN = math.inf, math.nan
 LN2 = math.log(2.0)
@@ -282,10 +282,8 @@ def check(fun, columns, rows, log: Callable | None = None, dtypes=DTYPES):
     `dtypes`, with beta concrete and traced (a refused concrete beta must
     raise ValueError)."""
     fails: dict = {(row.label, k): [] for row in rows for k in range(len(columns))}
-    previous = jax.config.jax_enable_x64
-    try:
-        for dtype in dtypes:
-            jax.config.update("jax_enable_x64", dtype == np.float64)
+    for dtype in dtypes:
+        with x64(dtype == np.float64):
             groups: dict = {}
             for row in rows:
                 for beta in _betas(row, dtype):
@@ -321,8 +319,6 @@ def check(fun, columns, rows, log: Callable | None = None, dtypes=DTYPES):
                                     f"{np.dtype(dtype).name} beta={beta!r} "
                                     f"{mode}: {value!r}"
                                 )
-    finally:
-        jax.config.update("jax_enable_x64", previous)
     return [
         (
             row,
