@@ -212,3 +212,27 @@ def test_an_empty_sample_is_refused(flag, capsys):
     with pytest.raises(SystemExit):
         accuracy.main([flag, "0"])
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_a_float64_error_near_the_smallest_normal_is_against_the_exact_value():
+    pytest.importorskip("mpmath")
+    # softplus(-1417.969350442082, 0.5) is 2.47e-308, just above the smallest
+    # normal: its exact value lies nearly halfway between two floats, and
+    # either is 0.50 ulp from it. The reference's low part, as a float64,
+    # would be subnormal there and rounded away (the error read 1.000).
+    x = np.float64([-1417.969350442082])
+    exact = references.exact_values("forward", x, 0.5)
+    below, above = (
+        np.float64(2.4711425182404475e-308),
+        np.float64(2.471142518240448e-308),
+    )
+    for got in (below, above):
+        err = references.derivative_error(
+            np.float64([got]), exact, np.abs(exact.real), np.float64
+        )
+        assert 0.49 < err[0] < 0.51, (got, err)
+    # Far from the bottom of the range the pair is as exact as before.
+    x = np.float64([-0.2780735057321637])
+    exact = references.exact_values("forward", x, 3.0)
+    err = references.derivative_error(exact.real, exact, np.abs(exact.real), np.float64)
+    assert err[0] <= 0.5

@@ -181,16 +181,31 @@ def _mp_softplus_mixed(p, q, x, b, sig):
     return d, scale
 
 
-def exact_derivatives(quantities, x, b, dd):
-    """{name: (value, scale)} for each (function, (p, q, r)): the value as
-    a float64 pair hi + lo (a float64 result is compared with the exact
-    value, not with its rounding), the scale as a float64."""
+def _pair(v):
+    """An mpmath value as hi + 1j * lo: hi its float64 rounding, lo the rest
+    in float64 ulps of hi (so that it keeps its digits where hi is near the
+    bottom of the normal range, where the rest itself would be subnormal)."""
     import mpmath
 
-    out = {
-        name: (np.empty(len(x)), np.empty(len(x)), np.empty(len(x)))
-        for name in quantities
-    }
+    hi = float(v)
+    if not (mpmath.isfinite(v) and hi):
+        return complex(hi, 0.0)
+    ulp = mpmath.ldexp(1, math.frexp(hi)[1] - 53)
+    return complex(hi, float((v - hi) / ulp))
+
+
+def _ulp64(hi):
+    """The float64 ulp of each (nonzero, finite) hi, as `_pair` measures lo."""
+    return np.ldexp(1.0, np.frexp(hi)[1] - 53)
+
+
+def exact_derivatives(quantities, x, b, dd):
+    """{name: (value, scale)} for each (function, (p, q, r)): the value as
+    a pair hi + 1j * lo (`_pair`: a float64 result is compared with the
+    exact value, not with its rounding), the scale as a float64."""
+    import mpmath
+
+    out = {name: (np.empty(len(x), complex), np.empty(len(x))) for name in quantities}
     with mpmath.workdps(60):
         mb = mpmath.mpf(float(b))
         for k, (xv, dv) in enumerate(zip(x, dd, strict=True)):
@@ -198,10 +213,8 @@ def exact_derivatives(quantities, x, b, dd):
             sig = _mp_sigmoid_derivatives(mb * mx, 5)
             for name, (fun, pqr) in quantities.items():
                 v, m = _mp_derivative(fun, pqr, mx, mb, md, sig)
-                hi = float(v)
-                out[name][0][k], out[name][1][k] = hi, float(v - hi)
-                out[name][2][k] = float(m)
-    return {name: (hi + 1j * lo, scale) for name, (hi, lo, scale) in out.items()}
+                out[name][0][k], out[name][1][k] = _pair(v), float(m)
+    return out
 
 
 def _mp_derivative(fun, pqr, x, b, dd, sig):
@@ -236,19 +249,21 @@ def derivative_error(got, ref, scale, dtype, relative=False) -> np.ndarray:
     """|got - exact| per element where the exact value is normal, in ulps of
     `dtype` at max(|exact|, scale), or relative to it; NaN counts as inf.
 
-    `ref` is hi + 1j * lo (`exact_derivatives`), so that a float64 result is
-    compared with the exact value rather than its rounding; `scale` is the
-    sum of the terms' magnitudes, which exceeds |exact| only near a zero of
-    the derivative's own.
+    `ref` is hi + 1j * lo (`_pair`), so that a float64 result is compared
+    with the exact value rather than its rounding; `scale` is the sum of the
+    terms' magnitudes, which exceeds |exact| only near a zero of the
+    derivative's own.
     """
     info = np.finfo(dtype)
-    hi, lo = np.real(ref), np.imag(ref)
     normal = normal_exact(ref, dtype)
-    size = np.maximum(np.abs(hi), scale)[normal]
+    hi, lo = np.real(ref)[normal], np.imag(ref)[normal]
+    size = np.maximum(np.abs(hi), scale[normal])
     unit = size if relative else np.ldexp(1.0, np.frexp(size)[1] - 1 - info.nmant)
     with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs((np.asarray(got, np.float64)[normal] - hi[normal]) - lo[normal])
-        err = diff / unit
+        # got - hi is exact where got is near hi; each quotient by a power
+        # of two is exact too, down to the bottom of the normal range.
+        near = (np.asarray(got, np.float64)[normal] - hi) / unit
+        err = np.abs(near - lo * (_ulp64(hi) / unit))
     return np.where(np.isnan(err), np.inf, err)
 
 
@@ -257,7 +272,7 @@ def derivative_error(got, ref, scale, dtype, relative=False) -> np.ndarray:
 
 def exact_values(op, x, beta, dd=None):
     """The exact value of `op` ("backward" or "forward") per element, as a
-    float64 pair hi + 1j * lo (`derivative_error` compares a float64 result
+    pair hi + 1j * lo (`_pair`: `derivative_error` compares a float64 result
     with the exact value, not with its rounding). A subnormal float64 input
     is 0, as XLA:CPU reads it."""
     import mpmath
@@ -266,7 +281,7 @@ def exact_values(op, x, beta, dd=None):
     x = np.where(np.abs(np.asarray(x, np.float64)) < tiny, 0.0, x)
     if dd is not None:
         dd = np.where(np.abs(np.asarray(dd, np.float64)) < tiny, 0.0, dd)
-    hi, lo = np.empty(len(x)), np.empty(len(x))
+    out = np.empty(len(x), complex)
     with mpmath.workdps(40):
         b = mpmath.mpf(float(beta))
         for k, xv in enumerate(x):
@@ -277,6 +292,5 @@ def exact_values(op, x, beta, dd=None):
                 v = mpmath.mpf(float(xv)) + mpmath.log1p(mpmath.exp(-t)) / b
             else:
                 v = mpmath.log1p(mpmath.exp(t)) / b
-            hi[k] = float(v)
-            lo[k] = float(v - hi[k]) if mpmath.isfinite(v) else 0.0
-    return hi + 1j * lo
+            out[k] = _pair(v)
+    return out
