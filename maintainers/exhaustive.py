@@ -9,10 +9,17 @@ float32 inputs (no formula here cancels in float64: see `_reference`).
 keeps the result normal are reached too. Only results whose exact value is
 a normal float32 count (XLA:CPU flushes subnormals).
 
+A second pass chooses `diff_dst` against the backward op (`adversarial`):
+the error of `diff_dst * sigmoid(t)` in ulps is largest where the result's
+significand is just below 2 (an ulp is smallest against the value there),
+which a random `diff_dst` reaches only by chance; that pass puts every
+result there, over random `t` of the core and the tail.
+
 `--tables DIR` writes exhaustive.md and exhaustive.json: per quantity and
 beta, the maximum error in ulps, the input where it occurs, and how many
-elements counted; the machine, the commit and the stride. The full run
-takes about two hours on 2 cores; `--stride N` takes every N-th bit pattern
+elements counted; the machine, the commit and the stride (`--render JSON`
+writes them again from a run's exhaustive.json). The full run takes 50 to
+80 minutes on 2 cores; `--stride N` takes every N-th bit pattern
 (tests/test_exhaustive.py runs the same code with a large stride).
 """
 
@@ -45,6 +52,8 @@ QUANTITIES = (
     "d softplus_backward/dbeta",
     "d softplus_backward/d diff_dst",
 )
+# softplus_backward with diff_dst chosen against it (`adversarial`).
+ADVERSARIAL = "softplus_backward, diff_dst against it"
 _TINY = float(np.finfo(np.float32).tiny)
 _MAX = float(np.finfo(np.float32).max)
 
@@ -223,6 +232,47 @@ def run(betas=BETAS, stride=1, chunk=1 << 20, log=None):
     return cells
 
 
+def adversarial(betas=BETAS, n=1 << 20, rounds=48, seed=0):
+    """{(ADVERSARIAL, beta): Cell}: softplus_backward on `rounds` x `n`
+    random t per beta (half over [-100, 40], half over [-25, -5], where
+    the largest errors were found), each with a diff_dst that puts
+    the exact result just below a power of two: (1 - j 2**-24) 2**e times
+    the exact denominator 1 + exp(-t), j in [1, 64), e in [-60, 60)."""
+    reference = _Reference(n)
+    tmp = np.empty(n)
+    cells = {}
+    for beta in betas:
+        b = np.float64(np.float32(beta))
+        cell = Cell(ADVERSARIAL, beta, 0.0, 0, np.nan, np.nan, np.nan, np.nan)
+        for r in range(rounds):
+            rng = np.random.default_rng((seed, r))
+            lo, hi = (-100.0, 40.0) if r % 2 == 0 else (-25.0, -5.0)
+            src = (rng.uniform(lo, hi, n) / b).astype(np.float32)
+            with np.errstate(over="ignore", under="ignore"):
+                denominator = 1.0 + np.exp(-(src.astype(np.float64) * b))
+                scale = (1.0 - rng.integers(1, 64, n) * 2.0**-24) * np.ldexp(
+                    1.0, rng.integers(-60, 60, n)
+                )
+                dd = (denominator * scale).astype(np.float32)
+            keep = np.isfinite(src) & np.isfinite(dd) & (np.abs(dd) >= _TINY)
+            src, dd = src[keep], dd[keep]
+            got = np.asarray(_backward(src, dd, np.float32(beta)), np.float64)
+            with np.errstate(all="ignore"):
+                exact = reference(src, dd, beta)[0][: src.size]
+            err, k, count = _worst(got, exact, tmp[: src.size])
+            cell.count += count
+            if count and err > cell.max_ulp:
+                cell.max_ulp, cell.src, cell.diff_dst = err, float(src[k]), float(dd[k])
+                cell.got, cell.exact = float(got[k]), float(exact[k])
+        cells[(ADVERSARIAL, beta)] = cell
+    return cells
+
+
+@jax.jit
+def _backward(src, dd, beta):
+    return softplus_backward(src, dd, beta)
+
+
 def markdown(cells, stride) -> str:
     """One table: a row per quantity, a column per beta (max ulp)."""
     betas = list(dict.fromkeys(c.beta for c in cells.values()))
@@ -234,17 +284,36 @@ def markdown(cells, stride) -> str:
     out.append("| quantity | " + " | ".join(f"beta = {b:g}" for b in betas) + " |")
     out.append("|---|" + "---:|" * len(betas))
     for q in quantities:
-        row = [f"{cells[(q, b)].max_ulp:.3f}" for b in betas]
+        row = [_max_cell(cells[(q, b)]) for b in betas]
         out.append(f"| {q} | " + " | ".join(row) + " |")
+    tried = [c.count for c in cells.values() if c.quantity == ADVERSARIAL]
+    if tried:
+        out.append(
+            f"\n{ADVERSARIAL}: the second pass, about {min(tried):,} inputs per beta"
+            " whose diff_dst puts the result just below a power of two (where an ulp"
+            " is smallest against it), t random over the core and the tail."
+        )
+    if any(not c.count for c in cells.values()):
+        out.append(
+            "\nnone normal: no exact value in the cell is a normal float32 (at"
+            " |beta| above 9.2e18, |d softplus / d beta| < 1 / beta**2 is below"
+            " the smallest normal for every src)."
+        )
     out.append("\nWhere each maximum occurs (src, diff_dst, got, exact):\n")
     out.append("| quantity | beta | src | diff_dst | got | exact | ulp | counted |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for c in cells.values():
+        if not c.count:
+            continue
         out.append(
             f"| {c.quantity} | {c.beta:g} | {c.src!r} | {c.diff_dst!r} | {c.got!r} | "
             f"{c.exact!r} | {c.max_ulp:.3f} | {c.count:,} |"
         )
     return "\n".join(out) + "\n"
+
+
+def _max_cell(cell):
+    return f"{cell.max_ulp:.3f}" if cell.count else "none normal"
 
 
 def _commit():
@@ -261,11 +330,14 @@ def _commit():
         return "unknown"
 
 
-def write_tables(directory, cells, stride, seconds):
+def write_tables(directory, cells, stride, seconds, m=None, commit=None):
+    """exhaustive.md and exhaustive.json; `m` and `commit` default to this
+    machine and checkout's (given: a run rendered again)."""
     os.makedirs(directory, exist_ok=True)
-    m = machine()
+    m = m or machine()
+    commit = commit or _commit()
     where = (
-        f"Measured on {machine_line(m)}, commit {_commit()}, in {seconds / 60:.0f} "
+        f"Measured on {machine_line(m)}, commit {commit}, in {seconds / 60:.0f} "
         f"minutes; written by `python maintainers/exhaustive.py --tables "
         f"{directory}`."
     )
@@ -275,7 +347,7 @@ def write_tables(directory, cells, stride, seconds):
         json.dump(
             {
                 "machine": m,
-                "commit": _commit(),
+                "commit": commit,
                 "stride": stride,
                 "seconds": seconds,
                 "cells": [asdict(c) for c in cells.values()],
@@ -291,15 +363,35 @@ def main(argv=None):
     )
     p.add_argument("--stride", type=int, default=1, help="every N-th bit pattern")
     p.add_argument("--tables", metavar="DIR", help="write exhaustive.md/.json")
+    p.add_argument(
+        "--render",
+        metavar="JSON",
+        help="write the tables (--tables) again from a run's exhaustive.json",
+    )
     args = p.parse_args(argv)
     if args.stride < 1:
         p.error("--stride must be at least 1")
+    if args.render:
+        if not args.tables:
+            p.error("--render needs --tables DIR")
+        with open(args.render) as f:
+            data = json.load(f)
+        cells = {(c["quantity"], c["beta"]): Cell(**c) for c in data["cells"]}
+        if not any(q == ADVERSARIAL for q, _ in cells):
+            cells.update(adversarial())  # a run from before that pass
+        write_tables(
+            args.tables, cells, data["stride"], data["seconds"],
+            data["machine"], data["commit"],
+        )  # fmt: skip
+        print(markdown(cells, data["stride"]))
+        return
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
     started = time.perf_counter()
     cells = run(stride=args.stride, log=log)
+    cells.update(adversarial())
     seconds = time.perf_counter() - started
     print(markdown(cells, args.stride))
     if args.tables:

@@ -4,6 +4,8 @@ promotion inside the library fails loudly here."""
 import jax
 import pytest
 
+from jax_softplus.tools import _common
+
 # Scripts run in subprocesses by the tests, not test modules.
 collect_ignore = ["scripts"]
 
@@ -14,9 +16,5 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 @pytest.fixture
 def x64():
     """Run a test with float64 enabled, restoring the previous setting."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with _common.x64():
         yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)

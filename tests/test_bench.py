@@ -33,6 +33,12 @@ def test_cli_runs_every_section(tmp_path, capsys):
     assert "x floor: the median over rounds of (time / time of a*b" in text
     assert "fwd+bwd tuned" in modes  # the CPU-only section
     assert all(r["median_s"] > 0 and r["ratio"] > 0 for r in rows)
+    # A train step is no stream: no bandwidth, an empty cell in the table.
+    steps = [bench.Row(**r) for r in rows if r["mode"] == "train step"]
+    assert steps and all(r.gbps == 0 for r in steps)
+    assert all(
+        "| 0.0 |" not in line for line in bench.markdown_table(steps).split("\n")
+    )
     floors = [r for r in rows if r["method"] == "a*b (floor)"]
     assert floors and all(r["ratio"] == 1.0 for r in floors)
     # Every backward row is also compared with the naive formula (itself at
@@ -164,3 +170,23 @@ def test_the_derivative_and_eager_sections(tmp_path, capsys):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("[")]
     assert len(lines) == len(set(lines)) and any("min left" in line for line in lines)
+
+
+def test_the_float64_section_times_float64_with_x64_on_only_there(tmp_path):
+    import jax
+
+    before = jax.config.jax_enable_x64
+    rows = bench.main(
+        ["--sizes", "1K", "--repeats", "1", "--dtypes", "f32", "--betas", "1.7",
+         "--no-torch", "--float64", "2K", "--tables", str(tmp_path)]
+    )  # fmt: skip
+    assert jax.config.jax_enable_x64 == before
+    f64 = [r for r in rows if r.dtype == "f64"]
+    modes = {r.mode for r in f64}
+    assert {"user jit donated", "user jit fresh", "fwd+bwd", "fwd+bwd donated"} <= modes
+    assert all(r.size == 2048 and r.median_s > 0 for r in f64)
+    # Without x64 the arrays would be float32: the section refuses that.
+    with pytest.raises(ValueError, match="jax_enable_x64"):
+        bench.bench_user_jit(1024, "f64", 1.7, 1, lambda i: None)
+    summary = (tmp_path / "bench-summary.md").read_text()
+    assert "f64 1.7" in summary and "f64 2K" in summary

@@ -45,16 +45,20 @@ def test_the_float32_kernel_is_one_loop_with_one_division_and_no_calls():
     lowered = softplus_backward_inplace.lower(src, src, jnp.float32(1.7))
     loop = roofline.hot_loop(lowered, 4)
     ops = [op for op, _ in loop.instructions]
-    assert loop.divides == 1
+    # One division per vector of float32; LLVM unrolls by the host's tuning
+    # (one vector a turn on the Xeons measured, two on Zen 4).
+    vectors = loop.elements * 32 // loop.width
+    assert vectors in (1, 2) and loop.elements * 32 == vectors * loop.width
+    assert loop.divides == vectors
     assert not any(op.startswith("call") for op in ops)  # no libm, all inline
-    assert loop.elements * 32 == loop.width  # one vector of float32 a turn
     # The float k of the exponent reduction is one subtraction, not the
     # integer-to-float convert it replaced. (Without the barrier in
     # _nearest_k XLA folds the subtraction away: the numerics tests catch that.)
     assert not any(op.startswith("vcvtdq2ps") for op in ops), ops
-    # The naive formula, for comparison: also one division.
+    # The naive formula, for comparison: also one division per vector.
     naive = jax.jit(naive_backward, donate_argnums=1).lower(src, src, jnp.float32(1.7))
-    assert roofline.hot_loop(naive, 4).divides == 1
+    naive = roofline.hot_loop(naive, 4)
+    assert naive.divides == naive.elements * 32 // naive.width
 
 
 @x86

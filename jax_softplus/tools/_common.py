@@ -7,6 +7,7 @@ import contextlib
 import glob
 import importlib.util
 import os
+import pathlib
 import platform
 import sys
 
@@ -139,7 +140,7 @@ def _cpu_info() -> dict:
     /sys where they exist (empty fields elsewhere)."""
     info = {"model": platform.processor() or platform.machine(), "isa": []}
     try:
-        text = open("/proc/cpuinfo").read()
+        text = pathlib.Path("/proc/cpuinfo").read_text()
     except OSError:
         text = ""
     for line in text.splitlines():
@@ -153,9 +154,10 @@ def _cpu_info() -> dict:
     caches = {}
     for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
         try:
-            level = open(f"{index}/level").read().strip()
-            kind = open(f"{index}/type").read().strip()
-            size = open(f"{index}/size").read().strip()
+            level, kind, size = (
+                pathlib.Path(index, name).read_text().strip()
+                for name in ("level", "type", "size")
+            )
         except OSError:
             continue
         name = f"L{level}" + (

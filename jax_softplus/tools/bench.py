@@ -8,7 +8,10 @@ the method it is compared to, in the same mode:
 - fresh: a new output per call, against a non-donated `a * b`;
 - fwd+bwd: `softplus` value and gradient under `jit`, against
   `jax.nn.softplus(beta * x) / beta` autodiff (fresh, donated, and on the CPU
-  donated with `TUNED_CPU_OPTIONS` passed to both jits).
+  donated with `TUNED_CPU_OPTIONS` passed to both jits);
+- float64 (`--float64`, with `jax_enable_x64` on for those rows only): the
+  backward op in a user's jit and fwd+bwd, against the same formulas in
+  float64.
 
 The backward rows also give each method's time over the naive XLA formula
 `dd * jax.nn.sigmoid(beta * src)` ("vs naive") and over PyTorch's
@@ -54,6 +57,7 @@ from jax_softplus.tools._common import (
     sample_data,
     to_torch,
     torch_or_none,
+    x64,
 )
 
 NAIVE = "naive XLA"
@@ -210,9 +214,16 @@ def _rows(mode, dt, n, beta, itemsize, times, ratios):
     return rows
 
 
+def _data(n, dtype, seed=0):
+    """`sample_data`, refusing float64 that x64 would make float32."""
+    if jnp.dtype(dtype).itemsize == 8 and not jax.config.jax_enable_x64:
+        raise ValueError(f"{jnp.dtype(dtype)} data needs jax_enable_x64 on")
+    return sample_data(n, dtype, seed)
+
+
 def bench_backward(n, dt, beta, repeats, progress, torch=True):
     dtype = DTYPES[dt]
-    src, dd = sample_data(n, dtype)
+    src, dd = _data(n, dtype)
     b = jnp.float32(beta)
     itemsize = jnp.dtype(dtype).itemsize
     rows = []
@@ -251,7 +262,7 @@ def bench_user_jit(n, dt, beta, repeats, progress):
     the user's `donate_argnums` and with a fresh output, beside the naive
     formula and `a * b` jitted the same way."""
     dtype = DTYPES[dt]
-    src, dd = sample_data(n, dtype)
+    src, dd = _data(n, dtype)
     b = jnp.float32(beta)
     itemsize = jnp.dtype(dtype).itemsize
 
@@ -276,7 +287,7 @@ def bench_fwd_bwd(n, dt, beta, repeats, progress):
     """softplus and its gradient in one jitted call: fresh, donated, and (on
     the CPU) donated with `TUNED_CPU_OPTIONS` on both sides."""
     dtype = DTYPES[dt]
-    x, g = sample_data(n, dtype, seed=1)
+    x, g = _data(n, dtype, seed=1)
     b = jnp.float32(beta)
 
     def ours(x, g, b):
@@ -380,7 +391,8 @@ def bench_train_step(repeats, progress, batch=256):
 
     calls = {k: Stepper(act) for k, act in train_step_activations().items()}
     times, ratios = _measure(calls, "jax.nn.softplus", repeats, progress)
-    return _rows("train step", "f32", batch, 1.7, 4, times, ratios)
+    # No bandwidth: a step is matrix products, not a stream (itemsize 0).
+    return _rows("train step", "f32", batch, 1.7, 0, times, ratios)
 
 
 # Derivative routes ---------------------------------------------------------
@@ -847,7 +859,7 @@ def main(argv=None):
         epilog=(
             "Each step prints a progress line with the time left. On 2 cores "
             "the docs' run (--user-jit --fwd-bwd --train-step --derivatives "
-            "--eager --repeats 9) takes about 11 minutes."
+            "--eager --float64 --repeats 9) takes about 11 minutes."
         ),
     )
     p.add_argument(
@@ -881,6 +893,13 @@ def main(argv=None):
         help="also time each derivative route against the formula, at these sizes",
     )
     p.add_argument(
+        "--float64",
+        nargs="?",
+        const="16M",
+        default=None,
+        help="also time float64 (x64 on for these rows): your jit and fwd+bwd",
+    )
+    p.add_argument(
         "--eager",
         action="store_true",
         help="also time eager calls (Python, NumPy and JAX inputs, grad, jvp)",
@@ -903,6 +922,7 @@ def main(argv=None):
         derivative_sizes = [
             parse_size(s) for s in (args.derivatives or "").split(",") if s
         ]
+        f64_sizes = [parse_size(s) for s in (args.float64 or "").split(",") if s]
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
     if args.repeats < 1:
@@ -916,6 +936,7 @@ def main(argv=None):
     total += len(sizes) * len(dtypes) if args.fwd_bwd else 0
     total += bool(scaling) + bool(args.train_step) + bool(args.eager)
     total += len(derivative_sizes) * len(dtypes) * len(DERIVATIVE_ROUTES)
+    total += len(f64_sizes) * (len(betas) + 1)
     done = [0]
     started = time.perf_counter()
     tty = sys.stderr.isatty()
@@ -960,6 +981,15 @@ def main(argv=None):
                 label = f"fwd+bwd {dt} {format_size(n)}"
                 rows += bench_fwd_bwd(n, dt, 1.7, args.repeats, progress_for(label))
                 done[0] += 1
+    for n in f64_sizes:
+        with x64():
+            for b in betas:
+                label = f"user jit backward f64 {format_size(n)} beta={b}"
+                rows += bench_user_jit(n, "f64", b, args.repeats, progress_for(label))
+                done[0] += 1
+            label = f"fwd+bwd f64 {format_size(n)}"
+            rows += bench_fwd_bwd(n, "f64", 1.7, args.repeats, progress_for(label))
+            done[0] += 1
     if scaling:
         rows += bench_scaling(scaling, args.repeats, progress_for("scaling"))
         done[0] += 1

@@ -1,0 +1,71 @@
+"""The exhaustive float32 run (maintainers/exhaustive.py) on a strided subset
+of the bit patterns: the same code as the full run that writes
+docs/tables/exhaustive.md, held to the bounds the README quotes."""
+
+from __future__ import annotations
+
+import json
+
+import exhaustive
+import numpy as np
+import pytest
+
+# The README's float32 bounds (tests/test_figures.py checks the README
+# against the full run's table).
+BOUNDS = {"softplus_backward": 2.5, "softplus": 2.0}
+FIRST_DERIVATIVES = 2.0
+# Every 2**14-th bit pattern: 262,144 patterns per beta, about 255,000 finite.
+STRIDE = 1 << 14
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return exhaustive.run(stride=STRIDE)
+
+
+def test_every_cell_within_the_quoted_bounds(cells):
+    assert set(cells) == {
+        (q, b) for q in exhaustive.QUANTITIES for b in exhaustive.BETAS
+    }
+    for (quantity, beta), cell in cells.items():
+        bound = BOUNDS.get(quantity, FIRST_DERIVATIVES)
+        if quantity == "d softplus/dbeta" and abs(beta) > 9.2e18:
+            # Below 1 / beta**2: never a normal float32.
+            assert cell.count == 0, cell
+            continue
+        assert cell.count > 10_000, (quantity, beta, cell.count)
+        assert cell.max_ulp <= bound, (quantity, beta, cell)
+
+
+def test_diff_dst_chosen_against_the_backward_op_stays_within_its_bound():
+    cells = exhaustive.adversarial(betas=(1.7, -3.7, 1e3), n=1 << 16, rounds=4)
+    for cell in cells.values():
+        assert cell.count > 200_000 and cell.max_ulp <= BOUNDS["softplus_backward"]
+    # The pass reaches where random diff_dst rarely does: results with a
+    # significand just below 2.
+    worst = cells[(exhaustive.ADVERSARIAL, 1.7)]
+    assert 1.99 < abs(worst.exact) / 2.0 ** np.floor(np.log2(abs(worst.exact))) < 2
+
+
+def test_the_worst_input_replays(cells):
+    # The recorded input gives the recorded result when computed again.
+    cell = cells[("softplus_backward", 1.7)]
+    got = exhaustive._ours(
+        np.float32([cell.src]), np.float32([cell.diff_dst]), np.float32(1.7)
+    )[0]
+    assert float(got[0]) == cell.got
+
+
+def test_the_reference_reads_subnormal_src_as_the_cpu_does():
+    ref = exhaustive._Reference(2)
+    out = ref(np.float32([1e-40, 0.0]), np.float32([1.0, 1.0]), 3e30)
+    assert out[0][0] == out[0][1] == 0.5
+
+
+def test_the_tables(cells, tmp_path):
+    exhaustive.write_tables(tmp_path, cells, STRIDE, 1.0)
+    text = (tmp_path / "exhaustive.md").read_text()
+    assert text.startswith("Measured on ") and "every 16384-th bit pattern" in text
+    data = json.loads((tmp_path / "exhaustive.json").read_text())
+    assert data["stride"] == STRIDE and len(data["cells"]) == len(cells)
+    assert data["machine"]["cpu"]
