@@ -424,7 +424,7 @@ def _scaled(dd, d, y_scale, ftz):
 def sigmoid_times_f32(
     src, dd, beta, *, compensate, balance=True, ftz=False, fused=False, tiny=False
 ):
-    """dd * sigmoid(beta * src) for float32 data, about 2 ulp at worst.
+    """dd * sigmoid(beta * src) for float32 data, within 2.5 ulp.
 
     `compensate` adds the error-free product, needed unless beta * src is
     known to be exact; `balance` rebalances it (`_balance`), needed unless
