@@ -216,7 +216,7 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
 
     Computed as [beta * x > 0] * x + log1p(exp(-|beta * x|)) / beta: it
     never overflows and keeps full relative accuracy where beta * x << 0.
-    float32 is within 2 ulp of the exact value for any beta, float64 within
+    float32 is within 2.5 ulp of the exact value for any beta, float64 within
     1 ulp; bfloat16, float16 and the float8 and float4 types are computed in
     float32 and rounded once (docs/accuracy.md has the bounds and how they
     were found).
