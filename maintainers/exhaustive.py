@@ -15,6 +15,10 @@ significand is just below 2 (an ulp is smallest against the value there),
 which a random `diff_dst` reaches only by chance; that pass puts every
 result there, over random `t` of the core and the tail.
 
+`--random-betas N` checks float32 `softplus` at N random betas instead
+(3,000 take about three minutes): the bound must hold between the table's
+betas too.
+
 `--tables DIR` writes exhaustive.md and exhaustive.json: per quantity and
 beta, the maximum error in ulps, the input where it occurs, and how many
 elements counted; the machine, the commit and the stride (`--render JSON`
@@ -273,6 +277,33 @@ def _backward(src, dd, beta):
     return softplus_backward(src, dd, beta)
 
 
+@jax.jit
+def _forward(x, beta):
+    return softplus(x, beta)
+
+
+def random_betas(count, n=1 << 20, seed=5):
+    """(max ulp, beta, src) of float32 softplus over `count` betas drawn
+    log-uniform in [1e-4, 1e4] of either sign, n random t in [-4, 4] each
+    (where its largest errors are): the betas between the table's."""
+    rng = np.random.default_rng(seed)
+    signs = rng.choice([-1.0, 1.0], count)
+    betas = np.float32(signs * np.exp(rng.uniform(np.log(1e-4), np.log(1e4), count)))
+    reference = _Reference(n)
+    tmp = np.empty(n)
+    ones = np.ones(n, np.float32)
+    worst = (0.0, np.nan, np.nan)
+    for b in betas:
+        src = (rng.uniform(-4.0, 4.0, n) / np.float64(b)).astype(np.float32)
+        got = np.asarray(_forward(src, b), np.float64)
+        with np.errstate(all="ignore"):
+            exact = reference(src, ones, float(b))[1]
+        err, k, _ = _worst(got, exact, tmp)
+        if err > worst[0]:
+            worst = (err, float(b), float(src[k]))
+    return worst
+
+
 def markdown(cells, stride) -> str:
     """One table: a row per quantity, a column per beta (max ulp)."""
     betas = list(dict.fromkeys(c.beta for c in cells.values()))
@@ -364,6 +395,12 @@ def main(argv=None):
     p.add_argument("--stride", type=int, default=1, help="every N-th bit pattern")
     p.add_argument("--tables", metavar="DIR", help="write exhaustive.md/.json")
     p.add_argument(
+        "--random-betas",
+        type=int,
+        metavar="N",
+        help="instead: float32 softplus at N random betas; print the worst",
+    )
+    p.add_argument(
         "--render",
         metavar="JSON",
         help="write the tables (--tables) again from a run's exhaustive.json",
@@ -371,6 +408,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.stride < 1:
         p.error("--stride must be at least 1")
+    if args.random_betas:
+        err, beta, src = random_betas(args.random_betas)
+        print(f"softplus, {args.random_betas} random betas: {err:.3f} ulp at worst")
+        print(f"  (beta {beta!r}, src {src!r})")
+        return
     if args.render:
         if not args.tables:
             p.error("--render needs --tables DIR")

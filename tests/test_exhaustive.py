@@ -69,3 +69,8 @@ def test_the_tables(cells, tmp_path):
     data = json.loads((tmp_path / "exhaustive.json").read_text())
     assert data["stride"] == STRIDE and len(data["cells"]) == len(cells)
     assert data["machine"]["cpu"]
+
+
+def test_softplus_between_the_tables_betas_stays_within_its_bound():
+    err, beta, src = exhaustive.random_betas(4, n=1 << 16)
+    assert 0.5 < err <= BOUNDS["softplus"] and np.isfinite(beta) and np.isfinite(src)
