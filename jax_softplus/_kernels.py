@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math64
+from jax_softplus import _math64, _platforms
 from jax_softplus._math import (
     _BF16,
     canonical_nan,
@@ -101,7 +101,14 @@ def softplus_kernel(x, beta, hints):
         # where `platform_dependent` picks its branch (no run-time cond). Not
         # under `jax.disable_jit`, where each op runs alone and nothing is
         # contracted.
-        if compensate and fma_contracts() and not jax.config.jax_disable_jit:
+        # (`jax_softplus.testing.lowered_as` has the CPU take another
+        # platform's branch.)
+        if (
+            compensate
+            and fma_contracts()
+            and not jax.config.jax_disable_jit
+            and not _platforms.is_emulating_another()
+        ):
             fused = functools.partial(kernel, fused=True)
             return lax.platform_dependent(x, beta, cpu=fused, default=kernel)
         return kernel(x, beta)

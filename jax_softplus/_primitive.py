@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend.core import Primitive
-from jax.interpreters import ad, mlir
+from jax.interpreters import ad
 
-from jax_softplus import _compat, _jet, _kernels, _sharding
+from jax_softplus import _compat, _jet, _kernels, _platforms, _sharding
 from jax_softplus._validate import BetaHints, kernel_dtype
 
 softplus_backward_p = Primitive("softplus_backward")
@@ -168,24 +168,20 @@ def _softplus_backward_batch(args, dims, *, beta_hints=NO_HINTS):
     return bind(*args, beta_hints), axis
 
 
-def _softplus_backward_lowering(platform=None):
-    def kernel(src, diff_dst, beta, *, beta_hints=NO_HINTS):
-        return _kernels.backward_kernel(
-            src, diff_dst, beta, beta_hints, platform=platform
-        )
+def _softplus_backward_lowering(kind):
+    """The kernel of a platform kind ("cpu", "gpu", or None: `_platforms`)."""
 
-    return mlir.lower_fun(kernel, multiple_results=False)
+    def kernel(src, diff_dst, beta, *, beta_hints=NO_HINTS):
+        return _kernels.backward_kernel(src, diff_dst, beta, beta_hints, platform=kind)
+
+    return kernel
 
 
 softplus_backward_p.def_impl(
     functools.partial(_compat.apply_primitive, softplus_backward_p)
 )
 softplus_backward_p.def_abstract_eval(_softplus_backward_abstract_eval)
-mlir.register_lowering(softplus_backward_p, _softplus_backward_lowering())
-for _platform, _kernel in (("cpu", "cpu"), ("cuda", "gpu"), ("rocm", "gpu")):
-    mlir.register_lowering(
-        softplus_backward_p, _softplus_backward_lowering(_kernel), platform=_platform
-    )
+_platforms.register(softplus_backward_p, _softplus_backward_lowering)
 ad.primitive_transposes[softplus_backward_p] = _softplus_backward_transpose
 _compat.register_batching_rule(softplus_backward_p, _softplus_backward_batch)
 _compat.register_nan_check(softplus_backward_p)

@@ -21,9 +21,9 @@ derivative's families then stay in one loop (`_math64._reciprocal`).
 
 A float64 operation needs x64 on while it is traced; `_float64` turns it on
 for the evaluation's trace only, whatever the user's setting. The caller
-(`_families.softplus_family_p`) takes this path in its CPU lowering only:
-TPUs have no float64, and a GPU's float64 rate is a fraction of its
-float32 rate.
+(`_families.softplus_family_p`) takes this path wherever the platform has
+float64 (CPUs, CUDA and ROCm GPUs); TPUs, which have none, take the
+float32 evaluation with its exponents carried apart.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _kernels, _math, _math64
+from jax_softplus import _math, _math64, _series
 
 _F32 = np.float32
 _F64 = np.float64
@@ -136,14 +136,7 @@ class _Sigmoid:
         return jnp.sign(self.t) * (-self.em1 * self.u)
 
 
-def _fenced(out, like):
-    """out behind `_kernels.fusion_fence`: the caller sums it (a gradient
-    in beta, a loss), and XLA:CPU's library fusion of the reduction would
-    take the float64 loop apart, its intermediates in memory."""
-    return _kernels.fusion_fence(out, lax.convert_element_type(like, _F32))
-
-
-def _combination(terms, sig, slope_polynomial):
+def _combination(terms, sig):
     """sum c src**i beta**j s^(n)(t) over `terms`, in float64 (no dd)."""
     tc = lax.clamp(-_A_MAX, sig.t, _A_MAX)
     base = None
@@ -156,7 +149,7 @@ def _combination(terms, sig, slope_polynomial):
             assert i == j == 0, (n, i, j)
             v = sig.value
         else:
-            even, odd = slope_polynomial(n)
+            even, odd = _series.slope_polynomial(n)
             w = sig.slope
             poly = _horner64(even, w) if any(even) else None
             if any(odd):
@@ -195,25 +188,28 @@ def _horner64(coeffs, w):
     return out
 
 
-def combination(terms, slope_polynomial, src, beta, dd=None):
-    """dd * sum c src**i beta**j s^(n)(beta src), as float32."""
+def combination(terms, hints, src, beta, dd=None):
+    """dd * sum c src**i beta**j s^(n)(beta src), as float32 (`hints` are
+    moot: the product is exact in float64)."""
+    del hints
     with _float64():
         sig = _Sigmoid(src, beta)
-        out = _combination(terms, sig, slope_polynomial)
+        out = _combination(terms, sig)
         if dd is not None:
             out = out * lax.convert_element_type(dd, _F64)
-        return _fenced(lax.convert_element_type(out, _F32), src)
+        return lax.convert_element_type(out, _F32)
 
 
-def dbeta(k, dbeta_terms, slope_polynomial, x, beta):
+def dbeta(k, hints, x, beta):
     """D_k = d^k softplus / d beta^k, as float32.
 
     D_1 = -(a s(-a) + log1p(e^-a)) / beta**2, a = |t|, a sum of two
     positive terms; D_k = (combination) + gamma beta**(1-k) D_1
-    (`_families._dbeta_terms`). Where x is +-inf, a is clamped and D_1
+    (`_series.dbeta_terms`). Where x is +-inf, a is clamped and D_1
     is 0 to float32, as is every D_k: softplus(+-inf, beta) does not depend
     on beta.
     """
+    del hints
     with _float64():
         sig = _Sigmoid(x, beta)
         b = sig.b
@@ -221,7 +217,7 @@ def dbeta(k, dbeta_terms, slope_polynomial, x, beta):
         if k == 1:
             out = first
         else:
-            terms, gamma = dbeta_terms(k)
-            out = _combination(terms, sig, slope_polynomial)
+            terms, gamma = _series.dbeta_terms(k)
+            out = _combination(terms, sig)
             out = out + first * (float(gamma) * _math.power(b, 1 - k))
-        return _fenced(lax.convert_element_type(out, _F32), x)
+        return lax.convert_element_type(out, _F32)

@@ -26,10 +26,10 @@ import pytest
 from helpers import seed_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jax.interpreters import mlir
 
-from jax_softplus import _families, softplus, softplus_backward
+from jax_softplus import softplus, softplus_backward
 from jax_softplus._softplus import MECHANISM
+from jax_softplus.testing import lowered_as
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as derivatives
 
@@ -178,22 +178,12 @@ def test_first_and_second_derivatives_within_their_bounds(x64, route, dtype, dra
         assert _worst(err) <= bound, f"{_worst(err)} ulps: {where}"
 
 
-@pytest.fixture
-def other_platforms_lowering():
-    """The families' default lowering (other platforms') registered for the
-    CPU during one test, and the CPU's own restored after it."""
-    prim = _families.softplus_family_p
-    mlir.register_lowering(
-        prim, _families._softplus_family_lowering(cpu=False), platform="cpu"
-    )
-    jax.clear_caches()
-    try:
+@pytest.fixture(params=("tpu", "cuda"))
+def other_platforms_lowering(request):
+    """Another platform's lowering on the CPU during one test
+    (`jax_softplus.testing.lowered_as`)."""
+    with lowered_as(request.param):
         yield
-    finally:
-        mlir.register_lowering(
-            prim, _families._softplus_family_lowering(cpu=True), platform="cpu"
-        )
-        jax.clear_caches()
 
 
 @pytest.mark.parametrize("route", ("grad", "hessian"))

@@ -1,0 +1,426 @@
+"""The derivative families in the compute dtype, in double words.
+
+`_derivatives` writes every derivative as a sum of two families:
+combinations dd * sum c src**i beta**j s^(n)(t) (s the sigmoid, t = beta
+src) and D_k = d^k softplus / d beta^k. Where the platform has no float64
+(TPUs) float32 compute is evaluated here, in float32; float64 data is
+evaluated here on every platform. (Where float64 exists, float32 compute
+goes to `_wide`.)
+
+Each term is a double word (h, l), an unevaluated sum of two values of the
+dtype, times 2**k with k an int32 carried apart, and is rounded once, at
+the end:
+
+* e = e^-a, a = |t|, comes from the exact product (its rounding error
+  enters the reduction) as 2**k (eh + el) (`_Exp`), so that nothing
+  underflows however far the tail: a float32 derivative can be normal at
+  |t| = 350 (a diff_dst of 3e38 times src**2 of 1e76), float64 at 2800.
+* s'(t) = e / (1 + e)**2, s(-a) = e / (1 + e) and tanh(t / 2) are
+  quotients of double words (a Newton reciprocal and the remainder's
+  correction: no division with two consumers, which XLA would not fuse).
+* the factors src**i beta**j (their significands; the exponents are
+  carried apart) multiply the double word exactly (Dekker's product), and
+  the terms are summed aligned to the largest exponent, with the sum's
+  errors kept.
+
+What rounds is the exponential's polynomial (2**-26.7 relative in
+float32, 2**-63 in float64), log1p's for D_1 (0.85 ulp in float32), the
+tanh series' smaller term, and the result: float32 derivatives within
+about 1.5 ulp where a platform's float32 arithmetic is IEEE (the bounds,
+found by search, are in docs/accuracy.md). XLA:CPU flushes subnormals, so
+no intermediate may pass through one: the exponent bookkeeping sees to it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_softplus import _math, _math64, _series
+from jax_softplus._primitive import bind
+
+_F32 = np.dtype(np.float32)
+_LOG2E = 1.4426950408889634
+# The largest lift of the one bind left (s(t) itself, n = 0): the lifted
+# significand (below 4) stays finite.
+_LIFT_MAX = {_F32: 124, np.dtype(np.float64): 1020}
+# Where `_exp_pair` clamps a = |t|: its exponent stays an int32, and every
+# term of any order is far below the dtype's range beyond.
+_CLAMP = {_F32: 2000.0, np.dtype(np.float64): 20000.0}
+# The lowest exponent of a normal number.
+_LOWEST = {_F32: -126, np.dtype(np.float64): -1022}
+# Where log1p(e^-a) = s(-a) to below half an ulp (relative error e^-a / 2):
+# above a = 17 in float32, 38 in float64.
+_DBETA_SWITCH = {_F32: 17.0, np.dtype(np.float64): 38.0}
+# Below |t| = 1.4 tanh(t/2) from its series, to well below an ulp: XLA's
+# tanh and expm1 reach 3.8 and 4.8 ulp in float32 there (and tanh 6 ulp in
+# float64 near |t| = 37). At y = t/2 = 0.7 each term is 0.2 of the one
+# before: 12 terms leave 2**-28, 30 leave 2**-70.
+_TANH_TERMS = {_F32: 12, np.dtype(np.float64): 30}
+
+
+# Double words ----------------------------------------------------------------
+
+
+def _two_prod(a, b):
+    """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker), for
+    significands (no split may overflow)."""
+    if a.dtype == np.float64:
+        return _math64.two_prod(a, b)
+    p = a * b
+    return p, _math._product_error(a, b, p)
+
+
+def _mul(x, f):
+    """The double word x times the value f, to about a unit of x's low
+    word."""
+    hi, lo = x
+    ph, pl = _two_prod(hi, f)
+    return ph, pl + lo * f
+
+
+def _mul2(x, y):
+    """The double words x times y (either may be unnormalized: its low
+    word need not be below an ulp of its high word)."""
+    ph, pl = _two_prod(x[0], y[0])
+    return ph, pl + ((x[0] * y[1] + x[1] * y[0]) + x[1] * y[1])
+
+
+def _div(n, d):
+    """The double words n / d, for d's high word in [1, 4): a Newton
+    reciprocal (`_math64._reciprocal`, cheap operations only), the
+    quotient, and its exact remainder's correction."""
+    nh, nl = n
+    dh, dl = d
+    y = _math64._reciprocal(dh)
+    # nl need not be small against an ulp of nh (a sum's words are kept
+    # unnormalized): the first quotient takes it, so that the remainder is
+    # as small as y's error.
+    q = (nh + nl) * y
+    ph, pl = _two_prod(q, dh)
+    # nh - ph is exact: ph is within a few ulps of nh (Sterbenz).
+    rem = (((nh - ph) - pl) + nl) - q * dl
+    return _math64.fast_two_sum(q, rem * y)
+
+
+def _div_by(x, m, times):
+    """(y, shift) with y 2**shift = x / m**times, y a double word, for a
+    significand m in [1/2, 1) of either sign: one quotient, by (2|m|)**times
+    as a double word, its significand taken into [1, 4)."""
+    two_m = 2 * lax.abs(m)
+    d = (two_m, jnp.zeros_like(two_m))
+    for _ in range(times - 1):
+        d = _mul(d, two_m)
+    md, ed = _frexp(d[0])  # md in [1/2, 1): 4 md in [2, 4)
+    shift = times + 2 - ed
+    y = _div(x, (4 * md, _math.times_pow2(d[1], 2 - ed)))
+    if times % 2:
+        y = (y[0] * jnp.sign(m), y[1] * jnp.sign(m))
+    return y, shift
+
+
+def _one(like):
+    """1 in `like`'s dtype, behind a barrier: XLA folds `(v + 1) - 1` to v,
+    which would erase an error-free sum's low word (`_math64._opaque`)."""
+    return lax.optimization_barrier(np.asarray(1, like.dtype))
+
+
+def _value(x):
+    hi, lo = x
+    return hi + lo
+
+
+# e^-|t| ---------------------------------------------------------------------
+
+
+def _product_error(src, beta, t):
+    """The exact rounding error beta src - t of t = fl(beta src), the
+    factors rebalanced by a power of two first, so that no partial product
+    of the split is subnormal (a beta of 1e35 times a src of 1e-35)."""
+    beta = beta * jnp.ones_like(src)
+    if t.dtype == np.float64:
+        b, x, _, _ = _math64._balance(beta, src)
+        return _math64.two_prod(b, x)[1]
+    b, x, _ = _math._balance(beta, src)
+    return _math._product_error(b, x, t)
+
+
+def _exp_pair(z, zl):
+    """(k, (eh, el)) with 2**k (eh + el) = exp(z + zl), eh + el in
+    [0.7, 1.42]: a Cody-Waite reduction whose exact part rides along as the
+    low word (float32: within 2**-26.3 relative, the polynomial's error;
+    float64: `_math64._exp_reduce`, 2**-62)."""
+    if z.dtype == np.float64:
+        k, _, p, pl = _math64._exp_reduce(z, zl)
+        hi, lo = _math64.fast_two_sum(_one(p), p)
+        return k.astype(np.int32), _math64.fast_two_sum(hi, lo + pl)
+    k, kf = _math._nearest_k(z)
+    rh = z - kf * _math._LN2_HI  # exact
+    w = kf * _math._LN2_LO - zl
+    r = rh - w
+    rest = _math._expm1_q(r) * (r * r) - w  # expm1(r) = rh + rest
+    hi, lo = _math64.fast_two_sum(_one(rh), rh)
+    return k, _math64.fast_two_sum(hi, lo + rest)
+
+
+class _Exp:
+    """e = e^-a, a = |beta src| exactly, as 2**k (eh + el), and what the
+    families are evaluated from: nothing here leaves the dtype's range (the
+    exponent k is carried apart), and only e's polynomial rounds."""
+
+    def __init__(self, src, beta):
+        cdt = np.dtype(beta.dtype)
+        t = beta * src
+        neg = lax.neg(lax.abs(t))
+        z = jnp.maximum(neg, -_CLAMP[cdt])
+        self.t, self.err = t, _product_error(src, beta, t)
+        # -a = z + zl, where z is not clamped (nor inf or NaN).
+        zl = jnp.where(z == neg, lax.neg(jnp.sign(t)) * self.err, 0)
+        zl = jnp.where(jnp.isfinite(zl), zl, jnp.zeros_like(zl))
+        self.k, self.pair = _exp_pair(z, zl)
+        # e itself, where it is normal; below, 1 + e is 1 to far below
+        # rounding and a flushed e changes nothing.
+        scale = _math.exp2_int(jnp.maximum(self.k, _LOWEST[cdt]), cdt)
+        self.e = (self.pair[0] * scale, self.pair[1] * scale)
+        # 1 + e, exactly as a double word.
+        dh, dl = _math64.fast_two_sum(_one(z), self.e[0])
+        self.d = (dh, dl + self.e[1])
+
+    @functools.cached_property
+    def d2(self):
+        """(1 + e)**2 as a double word."""
+        return _mul2(self.d, self.d)
+
+    def slope(self, md):
+        """md s(t) s(-t) = md e / (1 + e)**2 as (double word, k)."""
+        return _div(_mul(self.pair, md), self.d2), self.k
+
+    @functools.cached_property
+    def w(self):
+        """s(t) s(-t) in the dtype (0 below its normal range), for the
+        polynomials of orders 3 and up."""
+        v, k = self.slope(jnp.ones_like(self.pair[0]))
+        return _math.times_pow2(_value(v), k)
+
+    def tanh_half(self):
+        """tanh(t / 2) of the exact t as a double word: below |t| = 1.4 its
+        series y + y**3 Q(y**2), y = t / 2, corrected by the product's
+        error (d tanh(t/2) / dt = 2 w); above, 1 - 2 s(-a), which cancels
+        less than a third of a bit, with its sign."""
+        t = self.t
+        y = t * 0.5
+        y2 = y * y
+        coeffs = _series.tanh_series(_TANH_TERMS[np.dtype(t.dtype)])
+        rest = (y * y2) * _horner(coeffs[1:], y2) + 2 * self.w * self.err
+        sh, sl = _div(self.e, self.d)  # s(-a), normal where a < 87
+        th, tl = _math64.fast_two_sum(_one(sh), -2 * sh)
+        sign = jnp.sign(t)
+        near = lax.abs(t) < 1.4
+        return _math64.fast_two_sum(
+            jnp.where(near, y, sign * th), jnp.where(near, rest, sign * (tl - 2 * sl))
+        )
+
+
+def _horner(coeffs, w):
+    out = jnp.full_like(w, coeffs[-1])
+    for c in coeffs[-2::-1]:
+        out = out * w + c
+    return out
+
+
+def _frexp(v):
+    m, e = jnp.frexp(v)
+    return m, e.astype(np.int32)
+
+
+# Combinations ------------------------------------------------------------------
+# A term (c, n, i, j) is dd src**i beta**j s^(n)(t) times c; each is a
+# double word times 2**k (a "part"), and the parts are summed aligned to
+# the largest exponent.
+
+
+def _lift(nats, dtype):
+    """ceil(nats / ln 2), capped so that a lifted value below 4 is finite."""
+    lift = jnp.clip(jnp.ceil(nats * _LOG2E), 0, _LIFT_MAX[np.dtype(dtype)])
+    return jnp.where(jnp.isnan(lift), 0, lift).astype(np.int32)
+
+
+def _normalized(x, k):
+    """(x 2**-e, k + e) with the high word's significand in [1/2, 1): the
+    aligned sum must not shift a part out of range."""
+    m, e = _frexp(x[0])
+    return (m, _math.times_pow2(x[1], -e)), k + e
+
+
+def _parts(terms, hints, src, beta, dd=None, exp=None):
+    """The parts of a combination's terms, in beta's dtype."""
+    cdt = beta.dtype
+    src = src.astype(cdt)
+    # A power of src multiplies only a slope term (n >= 1), which is 0 at an
+    # infinite src: its significand there is that of 0, not inf (inf * 0
+    # would be NaN).
+    inf_src = jnp.isinf(src)
+    ms, es = _frexp(jnp.where(inf_src, jnp.zeros_like(src), src))
+    mb, eb = _frexp(beta)
+    md, ed = _frexp(dd.astype(cdt)) if dd is not None else (None, 0)
+    md = jnp.ones_like(src) if md is None else md * jnp.ones_like(src)
+    bases = {}
+    if any(n == 0 for _, n, _, _ in terms):
+        # s(t): one bind, lifted by -log2 s(t) (e^-a at t = -a).
+        lift = _lift(jnp.maximum(-beta * src, 0), cdt)
+        y = bind(src, md * _math.exp2_int(lift, cdt), beta, hints)
+        bases[0] = _normalized((y, jnp.zeros_like(y)), ed - lift)
+    tau = None
+    if any(n >= 1 for _, n, _, _ in terms):
+        exp = exp or _Exp(src, beta)
+        v, k = exp.slope(md)
+        # src**i s^(n)(beta src) -> 0 as src -> +-inf, for n >= 1 (beta != 0;
+        # for beta = 0, t = 0 * inf is NaN and stays so).
+        gone = inf_src & (beta != 0)
+        v = tuple(jnp.where(gone, jnp.zeros_like(u), u) for u in v)
+        bases[1] = _normalized(v, ed + k)
+    parts = []
+    for c, n, i, j in terms:
+        v, k = bases[min(n, 1)]
+        for _ in range(i):
+            v = _mul(v, ms)
+        for _ in range(max(j, 0)):
+            v = _mul(v, mb)
+        if j < 0:
+            v, shift = _div_by(v, mb, -j)
+            k = k + shift
+        if n >= 2:
+            even, odd = _series.slope_polynomial(n)
+            if tau is None:
+                tau = exp.tanh_half()
+            poly = None
+            if any(odd):
+                poly = _mul(tau, _horner(odd, exp.w))
+            if any(even):
+                a = _horner(even, exp.w)
+                poly = (a, jnp.zeros_like(a)) if poly is None else _add(poly, a)
+            v = _mul2(v, poly)
+        if c != 1:
+            v = (v[0] * c, v[1] * c)  # exact: c is a small integer
+        parts.append((v, k + es * i + eb * j))
+    return parts
+
+
+def _add(x, f):
+    s, e = _math64.two_sum(x[0], f)
+    return s, e + x[1]
+
+
+def _aligned(parts):
+    """(double word, top) with sum of the parts = its value 2**top: each
+    part scaled to the largest k (of those not zero), the sum's rounding
+    errors kept in the low word."""
+    floor = np.int32(-(2**20))
+    top = functools.reduce(
+        jnp.maximum, [jnp.where(v[0] == 0, floor, k) for v, k in parts]
+    )
+    total = None
+    for (hi, lo), k in parts:
+        hi, lo = _math.times_pow2(hi, k - top), _math.times_pow2(lo, k - top)
+        if total is None:
+            total = (hi, lo)
+        else:
+            s, e = _math64.two_sum(total[0], hi)
+            total = (s, (total[1] + lo) + e)
+    return total, top
+
+
+def _aligned_sum(parts):
+    """The parts' sum, rounded once."""
+    total, top = _aligned(parts)
+    return _math.times_pow2(_value(total), top)
+
+
+def combination(terms, hints, src, beta, *dd):
+    """dd * sum c src**i beta**j s^(n)(beta src) over `terms`, in beta's
+    dtype."""
+    if not dd:
+        return _aligned_sum(_parts(terms, hints, src, beta))
+    # An infinite dd multiplies the sum, as in `_wide`: inf times each term
+    # would make inf - inf of a sum whose sign is known.
+    (dd,) = dd
+    big = jnp.isinf(dd)
+    unit = jnp.where(big, jnp.sign(dd), dd)
+    out = _aligned_sum(_parts(terms, hints, src, beta, unit))
+    return jnp.where(big, out * dd.astype(out.dtype), out)
+
+
+# D_k = d^k softplus / d beta^k ---------------------------------------------------
+
+
+def _dbeta1_parts(x, beta, exp, coef, j):
+    """coef * beta**j * D_1 as parts.
+
+    D_1 = -G / beta**2, G = a s(-a) + log1p(e^-a), a = |beta x|: the same
+    expression for either sign of beta x, and a sum of two positive terms,
+    so nothing cancels (the textbook (x s(beta x) - softplus(x)) / beta
+    loses every digit for beta x above about 17). With s(-a) = e / (1 + e),
+    one quotient: G beta**(j - 2) = (a e + log1p(e) (1 + e)) / ((1 + e)
+    beta**(2 - j)). Above a = 17 (38 in float64) log1p(e) is e / (1 + e)
+    to below half an ulp, and the numerator is (a + 1) e, its exponent
+    apart (`_Exp`); below, e is normal and log1p(e) a double word.
+    """
+    cdt = np.dtype(beta.dtype)
+    t = exp.t
+    # a = |t| exactly, as a double word.
+    a = (lax.abs(t), jnp.sign(t) * exp.err)
+    far = lax.abs(t) > _DBETA_SWITCH[cdt]
+    if cdt == np.float64:
+        log = _math64.fast_two_sum(*_math64._log1p(*exp.e))
+    else:
+        log = (_math._log1p_small(*exp.e), jnp.zeros_like(t))
+    near = _add2(_mul2(a, exp.e), _mul2(log, exp.d))
+    a1 = _add(a, _one(t))
+    num = tuple(
+        jnp.where(far, u, v) for u, v in zip(_mul2(a1, exp.pair), near, strict=True)
+    )
+    k = jnp.where(far, exp.k, 0)
+    # The denominator: (1 + e) |beta|**n, n = 2 - j, as a double word in
+    # [1, 4): |beta|**n = mn 2**en with mn in [1, 2) (from beta's
+    # significand, once for a 0-d beta), times 1 + e in [1, 2].
+    mb, eb = _frexp(beta)
+    power = 2 - j
+    mn = (2 * lax.abs(mb), jnp.zeros_like(mb))
+    for _ in range(power - 1):
+        mn = _mul(mn, 2 * lax.abs(mb))
+    f, en = _frexp(mn[0])  # (2|mb|)**n = 2 f 2**(en - 1), 2 f in [1, 2)
+    mn = (2 * f, _math.times_pow2(mn[1], 1 - en))
+    g = _div(num, _mul2(exp.d, mn))
+    # G / beta**n = g / (2 f) 2**(-(en - 1) + n - n eb) sign(beta)**n.
+    sign = jnp.sign(mb) if power % 2 else jnp.ones_like(mb)
+    c = -coef * sign  # exact: coef is a small integer
+    g = (g[0] * c, g[1] * c)
+    return [_normalized(g, k + power + 1 - en - eb * power)]
+
+
+def _add2(x, y):
+    """The double words x plus y."""
+    s, e = _math64.two_sum(x[0], y[0])
+    return s, e + (x[1] + y[1])
+
+
+def dbeta(k, hints, x, beta):
+    """D_k = d^k softplus / d beta^k in beta's dtype."""
+    x = x.astype(beta.dtype)
+    exp = _Exp(x, beta)
+    if k == 1:
+        parts = _dbeta1_parts(x, beta, exp, 1, 0)
+    else:
+        terms, gamma = _series.dbeta_terms(k)
+        parts = _dbeta1_parts(x, beta, exp, gamma, 1 - k)
+        parts += _parts(terms, hints, x, beta, exp=exp)
+    out = _aligned_sum(parts)
+    # At beta = 0, D_1 = -inf (G = ln 2 over 0) and the higher orders
+    # diverge; softplus(+-inf, beta) does not depend on beta (beta != 0),
+    # where a s(-a) is inf * 0 in the evaluation.
+    zero = beta == 0
+    out = jnp.where(zero, -np.inf if k == 1 else np.nan, out)
+    return jnp.where(jnp.isinf(x) & ~zero, jnp.zeros_like(out), out)

@@ -1,0 +1,244 @@
+"""An adversarial search of the float32 derivatives on every platform's
+evaluation: `python maintainers/derivative_search.py`.
+
+Each first and second derivative of both ops (13 quantities) by reverse
+mode (`grad` to every order) and `jax.hessian`, for each platform's
+evaluation run on this CPU (`jax_softplus.testing.lowered_as`: "cpu",
+"cuda" and "tpu"; ROCm's is CUDA's), at random betas log-uniform over the
+whole normal float32 range of either sign, on t = beta * src drawn over
+the core, near the switch points of the kernels and families, and out to
+where any quantity still has a normal value, with diff_dst log-uniform
+over float32's range. A float64 reference (`_references.f64_derivatives`,
+within about 1e-8 of a float32 ulp) screens every point; the worst points
+of each (platform, quantity) are then walked to their neighbours while the
+error grows (`_search.refine`), and the maxima confirmed in mpmath at 60
+digits.
+
+It prints, per platform and quantity, the maximum error in ulps (of the
+exact value, or of the sum of its terms' magnitudes where a derivative has
+a zero of its own between them) and where it occurs; `--json PATH` writes
+them. `--budget` is the number of random betas per platform (default 400,
+about 4M points in all, ten minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_softplus.testing import lowered_as
+from jax_softplus.tools import _references as references
+from jax_softplus.tools import _routes as routes
+from jax_softplus.tools import _search
+from jax_softplus.tools._common import machine_line
+
+PLATFORMS = ("cpu", "cuda", "tpu")
+_F32 = np.float32
+_TINY = float(np.finfo(_F32).tiny)
+_MAX = float(np.finfo(_F32).max)
+
+
+def _quantities():
+    out = {}
+    for fun in ("softplus", "backward"):
+        for p in range(3):
+            for q in range(3):
+                for r in range(2 if fun == "backward" else 1):
+                    if 1 <= p + q + r <= 2:
+                        out[f"{fun} d{p}{q}{r}"] = (fun, (p, q, r))
+    return out
+
+
+QUANTITIES = _quantities()
+ROUTES = {
+    "grad": tuple(QUANTITIES),
+    "hessian": tuple(n for n, (_, pqr) in QUANTITIES.items() if sum(pqr) == 2),
+}
+SWITCHES = tuple(p for q in _search.SWITCHES_DERIVATIVES for p in (q, -q)) + (
+    -87.0,
+    -88.7,
+    -103.3,
+    -175.7,
+    -192.8,
+    -_search._LN2 * 126,
+    -_search._LN2 * 253,
+)
+
+
+def draw(n, beta, rng):
+    """(src, diff_dst) for one beta: t over the core, near switch points,
+    and out to |t| = 600 (log-uniform too), diff_dst log-uniform over
+    float32's range, a share of it 1."""
+    parts = [
+        rng.uniform(-30, 30, n // 4),
+        _search.near(SWITCHES, n // 4, rng, relative=1e-6, ulps=2**20),
+        rng.uniform(-250, 250, n // 4),
+    ]
+    rest = n - sum(len(p) for p in parts)
+    parts.append(np.exp(rng.uniform(np.log(1e-12), np.log(600), rest)))
+    t = np.concatenate(parts) * rng.choice([-1.0, 1.0], n)
+    with np.errstate(over="ignore"):
+        src = (t / np.float64(beta)).astype(_F32)
+    dd = np.exp(rng.uniform(np.log(_TINY), np.log(_MAX), n)) * rng.choice([-1, 1], n)
+    dd[rng.uniform(size=n) < 0.2] = 1.0
+    # Subnormal operands read as 0 on the CPU; infinite ones are specials.
+    dd = dd.astype(_F32)
+    ok = np.isfinite(src) & ((np.abs(src) >= _TINY) | (src == 0))
+    ok &= np.isfinite(dd) & (np.abs(dd) >= _TINY)
+    return src[ok], dd[ok]
+
+
+def errors(platform, route, names, src, beta, dd, exact=False):
+    """{name: error per element in ulps} (NaN where the exact value is not
+    a normal float32); float64 reference, or mpmath with `exact`."""
+    fn = routes.compiled(route, tuple((n, *QUANTITIES[n]) for n in names))
+    with lowered_as(platform) if platform != "cpu" else _nothing():
+        got = fn(jnp.asarray(src), jnp.asarray(_F32(beta)), jnp.asarray(dd))
+    quantities = {
+        n: QUANTITIES[n] for n in (ROUTES[route] if route == "hessian" else names)
+    }
+    if exact:
+        refs = references.exact_derivatives(quantities, src, _F32(beta), dd)
+    else:
+        refs = references.f64_derivatives(quantities, src, _F32(beta), dd)
+    out = {}
+    for name in names:
+        ref, scale = refs[name]
+        if route == "hessian":
+            # One JVP gives a column: where another entry of the function
+            # overflows, inf times its zero tangent is NaN (for any
+            # function); those elements are left out.
+            for other in ROUTES[route]:
+                if other in refs and QUANTITIES[other][0] == QUANTITIES[name][0]:
+                    big = np.abs(np.real(refs[other][0])) > _MAX
+                    ref = np.where(big, np.nan, ref)
+        e = np.full(src.size, np.nan)
+        normal = references.normal_exact(ref, _F32)
+        e[normal] = references.derivative_error(
+            np.asarray(got[name]), ref, np.asarray(scale, np.float64), _F32
+        )
+        out[name] = e
+    return out
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def search(platform, budget, n, rng, log):
+    """{(route, name): (max error, src, beta, diff_dst)} over `budget`
+    random betas, then refined and confirmed in mpmath."""
+    worst = {}
+    with lowered_as(platform):
+        for i in range(budget):
+            beta = _F32(np.exp(rng.uniform(np.log(_TINY), np.log(_MAX))))
+            beta = beta * _F32(rng.choice([-1, 1]))
+            src, dd = draw(n, beta, rng)
+            for route, names in ROUTES.items():
+                for name, e in errors("cpu", route, names, src, beta, dd).items():
+                    if not np.any(np.isfinite(e)):
+                        continue
+                    top = np.argsort(np.nan_to_num(e, nan=-1))[-4:]
+                    entry = worst.setdefault((route, name), [])
+                    entry += [(float(e[j]), src[j], beta, dd[j]) for j in top]
+                    entry.sort(key=lambda v: -v[0])
+                    del entry[16:]
+            if log and (i + 1) % 20 == 0:
+                top = max(worst.items(), key=lambda kv: kv[1][0][0])
+                log(
+                    f"{platform}: {i + 1}/{budget} betas, worst {top[1][0][0]:.3f} "
+                    f"({top[0][1]}, {top[0][0]})"
+                )
+        out = {}
+        for (route, name), entry in worst.items():
+            out[(route, name)] = _refine(route, name, entry)
+    return out
+
+
+def _refine(route, name, entry):
+    """The local search from the worst points of one quantity (each beta
+    on its own), confirmed in mpmath."""
+    best = (-1.0, None, None, None)
+    for beta in dict.fromkeys(b for _, _, b, _ in entry):
+        pts = [(s, d) for _, s, b, d in entry if b == beta]
+        start = {
+            "src": np.array([s for s, _ in pts], _F32),
+            "dd": np.array([d for _, d in pts], _F32),
+            "beta": np.asarray(beta, _F32),
+        }
+
+        def err(inputs, beta=beta):
+            return errors("cpu", route, (name,), inputs["src"], beta, inputs["dd"])[
+                name
+            ]
+
+        e, at = _search.refine(err, start, _F32, rounds=3, keep=8)
+        if e > best[0]:
+            best = (e, _F32(at["src"]), _F32(beta), _F32(at["dd"]))
+    e, s, b, d = best
+    exact = errors("cpu", route, (name,), np.array([s]), b, np.array([d]), True)
+    return float(exact[name][0]), float(s), float(b), float(d)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python maintainers/derivative_search.py",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--budget", type=int, default=400, help="random betas per platform")
+    p.add_argument("-n", type=int, default=4096, help="points per beta")
+    p.add_argument(
+        "--platforms", default=",".join(PLATFORMS), help="comma list of platforms"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="PATH", help="write the maxima as JSON")
+    args = p.parse_args(argv)
+    platforms = [v for v in args.platforms.split(",") if v]
+    for v in platforms:
+        if v not in PLATFORMS:
+            p.error(f"--platforms: {v!r} is none of {', '.join(PLATFORMS)}")
+    started = time.perf_counter()
+
+    def log(msg):
+        print(
+            f"[{(time.perf_counter() - started) / 60:5.1f} min] {msg}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    rng = np.random.default_rng(args.seed)
+    results = {}
+    for platform in platforms:
+        found = search(platform, args.budget, args.n, rng, log)
+        for (route, name), (e, s, b, d) in sorted(found.items()):
+            print(
+                f"{platform:5} {route:8} {name:15} {e:10.3f} ulp  "
+                f"src={s!r} beta={b!r} diff_dst={d!r}"
+            )
+            results.setdefault(platform, {})[f"{name} ({route})"] = {
+                "max_ulp": e,
+                "src": s,
+                "beta": b,
+                "diff_dst": d,
+            }
+    print(machine_line(), f"{(time.perf_counter() - started) / 60:.1f} min")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_line(), "results": results}, f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    jax.config.update("jax_enable_x64", False)
+    main()
