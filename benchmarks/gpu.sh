@@ -1,34 +1,79 @@
 #!/usr/bin/env bash
-# One GPU check, sized to finish within 7 minutes on one H200:
-#   1. the GPU benchmark at 256M elements per dtype (copy, donated a*b, the
-#      in-place op with the GPU lowering, the portable kernel it replaced,
-#      the naive formula), the MLP step, and the optimised HLO per dtype;
-#   2. the derivative routes (jax.hessian, grad of grad, ... in beta, the
-#      gradient penalty) at 16M float32 against the formula, in a user's
-#      jit (the GPU takes the families' evaluation in float32);
-#   3. the test suite's numerics, autodiff, vmap, donation, lowering,
-#      transfer, GPU-kernel, debugging and composability files on the GPU.
-# Run from the repository root. The package is pure Python: no install.
+# The GPU run, in one go, sized to finish within 10 minutes on one H200:
+#   1. the memory-floor benchmark at 256M elements per dtype (copy, donated
+#      a*b, the in-place op with the GPU lowering, the portable kernel, the
+#      naive formula), the MLP step, and the optimised HLO per dtype;
+#   2. the bench rows: the op in a user's jit (16M, 256M), each derivative
+#      route against the formula (16M; on a GPU the derivative families are
+#      evaluated in float64, as on a CPU), and eager calls;
+#   3. the accuracy search on the GPU itself: values of every dtype and the
+#      derivatives of float32 and float64 (fewer points than the docs' CPU
+#      run), against float64 NumPy and mpmath;
+#   4. the test suite's numerics, autodiff, derivative, platform, vmap,
+#      donation, lowering, transfer, GPU-kernel, debugging and
+#      composability files on the GPU.
+# It writes OUT/gpu.md (the docs' table: copy it to docs/tables/gpu.md) and
+# OUT/gpu-results.tgz (everything: unpack it into
+# benchmarks/results/<gpu>-<date>/, then `python benchmarks/gpu_bench.py
+# --render benchmarks/results/<gpu>-<date>/gpu_bench.json` writes
+# docs/tables/gpu.md from it). Run from the repository root; the package is
+# pure Python, no install:
 #   bash benchmarks/gpu.sh [OUT_DIR]
+# GPU_SH_QUICK=1 runs every step at toy sizes, on any machine (a check of
+# the script itself, not a measurement).
 set -uo pipefail
 out="${1:-${OUT:-gpu-results}}"
-mkdir -p "$out"
+res="$out/results"
+mkdir -p "$res"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
-python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "$out/gpu.txt"
+started=$SECONDS
+if [ "${GPU_SH_QUICK:-0}" = 1 ]; then
+    size=$((1 << 20)) floor_args="--iters 2 --rounds 2 --step-rounds 2"
+    bench_sizes=64K derivatives=64K repeats=2
+    accuracy_args="--quick -n 2000 --n64 100 --nd 64"
+    tests="tests/test_platforms.py"
+else
+    size=$((256 << 20)) floor_args="" bench_sizes=16M,256M derivatives=16M
+    repeats=5 accuracy_args="-n 200000 --n64 1000 --nd 300"
+    tests="tests/test_backward.py tests/test_forward.py tests/test_autodiff.py
+        tests/test_derivatives.py tests/test_higher_order.py
+        tests/test_platforms.py tests/test_specials.py tests/test_vmap.py
+        tests/test_donation.py tests/test_lowering.py tests/test_transfers.py
+        tests/test_gpu_kernel.py tests/test_debugging.py
+        tests/test_composability.py"
+fi
+step() { echo "== $(( (SECONDS - started) / 60 )) min: $*"; }
 
-timeout 150 python3 benchmarks/gpu_bench.py --json "$out/gpu_bench.json" \
-    --hlo "$out" 2>&1 | tee "$out/gpu_bench.txt"
+step "machine"
+(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv \
+    || echo "no nvidia-smi") | tee "$res/gpu.txt"
+python3 -c "import jax; print('jax', jax.__version__, jax.devices())" \
+    | tee -a "$res/gpu.txt"
 
-timeout 90 python3 -m jax_softplus.tools.bench --sizes "" --dtypes f32 \
-    --repeats 5 --no-torch --derivatives 16M --json "$out/gpu_derivatives.json" \
-    2>&1 | tee "$out/gpu_derivatives.txt"
+step "memory floor, MLP step, HLO"
+# shellcheck disable=SC2086
+timeout 130 python3 benchmarks/gpu_bench.py --size "$size" $floor_args \
+    --json "$res/gpu_bench.json" --hlo "$res" 2>&1 | tee "$res/gpu_bench.txt"
 
-# pytest may be missing on the GPU image; the tests need only hypothesis too.
-timeout 200 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_backward.py tests/test_forward.py tests/test_autodiff.py \
-    tests/test_vmap.py tests/test_donation.py tests/test_lowering.py \
-    tests/test_transfers.py tests/test_gpu_kernel.py tests/test_debugging.py \
-    tests/test_composability.py \
-    2>&1 | tail -n 40 | tee "$out/gpu_tests.txt"
+step "bench rows"
+timeout 150 python3 -m jax_softplus.tools.bench --sizes "$bench_sizes" \
+    --dtypes f32,bf16,f16 --repeats "$repeats" --no-torch --user-jit \
+    --derivatives "$derivatives" --eager --tables "$res/bench" 2>&1 \
+    | tee "$res/bench.txt"
+
+step "accuracy on the GPU"
+# shellcheck disable=SC2086
+timeout 130 python3 -m jax_softplus.tools.accuracy $accuracy_args \
+    --tables "$res/accuracy" 2>&1 | tail -n 60 | tee "$res/accuracy.txt"
+
+step "tests"
+# shellcheck disable=SC2086
+timeout 110 python3 -m pytest -q -p no:cacheprovider $tests 2>&1 \
+    | tail -n 40 | tee "$res/tests.txt"
+
+step "tables"
+python3 benchmarks/gpu_bench.py --render "$res/gpu_bench.json" --tables "$out" \
+    && cp "$out/gpu.md" "$res/gpu.md"
+tar czf "$out/gpu-results.tgz" -C "$res" .
+step "done"

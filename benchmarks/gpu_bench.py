@@ -188,21 +188,54 @@ def markdown(data, where) -> str:
     return "\n".join(out) + "\n"
 
 
+def _fragment(path, title):
+    """A table the run's tools wrote (their first line names the machine,
+    which the page's first line names already), under a bold title; "" where
+    the run did not write it."""
+    if not path.exists():
+        return ""
+    body = path.read_text().split("\n", 1)[1].strip()
+    return f"\n**{title}** ({path.parent.name}/{path.name}).\n\n{body}\n"
+
+
 def render(json_path, directory):
-    """docs/tables/gpu.md from a committed run (`--render`): no GPU needed."""
+    """docs/tables/gpu.md from a committed run (`--render`): no GPU needed.
+
+    The memory-floor table from the run's JSON, then, where the run wrote
+    them beside it (benchmarks/gpu.sh), the bench rows, the accuracy
+    search's summaries and the tests' last line.
+    """
     path = Path(json_path)
+    run = path.parent
     data = json.loads(path.read_text())
-    gpu = (path.parent / "gpu.txt").read_text().splitlines()
+    gpu = (run / "gpu.txt").read_text().splitlines()
     name = gpu[1].split(",")[0] if len(gpu) > 1 else "a GPU"
     where = (
         f"Measured on one {name}, jax {data['jax']}, by `bash benchmarks/gpu.sh` "
-        f"(`{path.parent.as_posix()}`); written by `python benchmarks/gpu_bench.py "
+        f"(`{run.as_posix()}`); written by `python benchmarks/gpu_bench.py "
         f"--render {path.as_posix()} --tables {directory}`. Every method writes "
         "over a donated buffer; each share is of a donated `a*b`'s bandwidth "
         "(both move 3n elements)."
     )
+    text = markdown(data, where)
+    text += _fragment(run / "bench" / "bench-summary.md", "Time over the naive formula")
+    text += _fragment(run / "bench" / "bench-derivatives.md", "Derivative routes")
+    text += _fragment(run / "bench" / "bench-eager.md", "Eager calls")
+    accuracy = run / "accuracy" / "accuracy.md"
+    if accuracy.exists():
+        summary = accuracy.read_text().split("<details")[0]
+        text += f"\n**Accuracy on the GPU** (accuracy/accuracy.md).\n\n{summary}"
+    derivatives = run / "accuracy" / "derivatives.md"
+    if derivatives.exists():
+        summary = derivatives.read_text().split("<details")[0]
+        text += f"\n**Derivatives on the GPU** (accuracy/derivatives.md).\n\n{summary}"
+    tests = run / "tests.txt"
+    if tests.exists():
+        last = [line for line in tests.read_text().splitlines() if line.strip()]
+        if last:
+            text += f"\nThe tests on the GPU: `{last[-1].strip('= ')}`.\n"
     Path(directory).mkdir(parents=True, exist_ok=True)
-    (Path(directory) / "gpu.md").write_text(markdown(data, where))
+    (Path(directory) / "gpu.md").write_text(text)
 
 
 def main():
@@ -211,6 +244,12 @@ def main():
     p.add_argument("--dtypes", default="f32,bf16,f16")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument(
+        "--step-rounds",
+        type=int,
+        default=100,
+        help="interleaved rounds of the MLP step",
+    )
     p.add_argument("--hlo", metavar="DIR", help="write optimised HLO here")
     p.add_argument("--json")
     p.add_argument(
@@ -231,7 +270,7 @@ def main():
             f"{r['dtype']:5} {r['method']:28} {r['median_ms']:10.3f} "
             f"{r['gbps']:8.0f} {r['fraction_of_floor']:8.1%}"
         )
-    step = train_step()
+    step = train_step(rounds=args.step_rounds)
     print(
         f"MLP step: jax_softplus {step['ms']['jax_softplus']:.4f} ms, "
         f"jax.nn.softplus {step['ms']['jax.nn.softplus']:.4f} ms, "

@@ -173,9 +173,17 @@ def main(argv=None):
     )
     p.add_argument("--launch", type=int, metavar="N", help="start N local processes")
     p.add_argument("--devices", type=int, default=2, help="CPU devices per process")
-    p.add_argument("--coordinator")
-    p.add_argument("--num-processes", type=int)
-    p.add_argument("--process-id", type=int)
+    p.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="the coordinator's address, for processes you start yourself",
+    )
+    p.add_argument(
+        "--num-processes", type=int, metavar="N", help="how many processes in all"
+    )
+    p.add_argument(
+        "--process-id", type=int, metavar="I", help="this process's index, 0 to N-1"
+    )
     p.add_argument(
         "--quick", action="store_true", help="the local run (as the other examples)"
     )

@@ -13,9 +13,11 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-import optax
+from _extras import require
 
 from jax_softplus import softplus
+
+(optax,) = require("optax")
 
 
 def model(w, beta, x):

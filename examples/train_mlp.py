@@ -17,13 +17,17 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from tqdm import tqdm
+from _extras import require
 
 from jax_softplus import softplus
+
+optax, nnx_module, datasets, selection, tqdm_module = require(
+    "optax", "flax.nnx", "sklearn.datasets", "sklearn.model_selection", "tqdm"
+)
+nnx = nnx_module
+load_digits = datasets.load_digits
+train_test_split = selection.train_test_split
+tqdm = tqdm_module.tqdm
 
 
 class MLP(nnx.Module):
@@ -108,7 +112,11 @@ if __name__ == "__main__":
         description=__doc__.splitlines()[0], epilog=MORE_DEVICES
     )
     parser.add_argument("--quick", action="store_true", help="3 epochs")
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--beta", type=float, default=1.0)
+    parser.add_argument(
+        "--epochs", type=int, default=None, help="training epochs (default: 40)"
+    )
+    parser.add_argument(
+        "--beta", type=float, default=1.0, help="softplus's beta (default: 1.0)"
+    )
     args = parser.parse_args()
     main(args.quick, args.epochs, args.beta)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -10,10 +11,15 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jax_softplus import _compat, _dispatch, _validate
+from jax_softplus._validate import Accuracy
 
 
 def softplus_backward(
-    src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
+    src: ArrayLike,
+    diff_dst: ArrayLike,
+    beta: ArrayLike = 1.0,
+    *,
+    accuracy: Accuracy = None,
 ) -> jax.Array:
     """Gradient of softplus: oneDNN's SoftPlusBackward.
 
@@ -36,40 +42,57 @@ def softplus_backward(
       beta: a real scalar, default 1.0. Negative values and 0 are allowed
         (`beta = 0` gives `0.5 * diff_dst`). It may be traced: a new value
         does not recompile.
+      accuracy: keyword-only, as in `jax.lax`. None or
+        `jax.lax.AccuracyMode.DEFAULT`: the default kernel.
+        `jax.lax.AccuracyMode.HIGHEST`: the correctly rounded result (round
+        to nearest even of the exact value) for float32, bfloat16 and
+        float16 data, evaluated in float64 (not on TPUs: an error at
+        lowering); float64 data take the default kernel (within 1 ulp).
+        A `jax.lax.Tolerance`: the cheapest of the two whose bound meets it.
 
     Returns:
       `diff_src`, with the shape and dtype of `src`.
 
     Raises:
       TypeError: a non-float or unsupported dtype, `src` and `diff_dst` of
-        different dtypes, or a `beta` that is not a real number.
+        different dtypes, a `beta` that is not a real number, or an
+        `accuracy` that is none of the above.
       ValueError: `src` and `diff_dst` of different shapes, or sharded over
         different explicit mesh axes along one dimension; a non-scalar
-        `beta`; a concrete `beta` that is NaN, infinite or beyond the float32
-        range; or an operand that was donated (deleted) earlier.
+        `beta`; a concrete `beta` that is NaN, infinite or beyond the range
+        of the compute dtype (float32, or float64 for float64 data); an
+        operand that was donated (deleted) earlier; a `jax.lax.Tolerance`
+        that no evaluation meets.
 
     Examples:
       >>> import jax.numpy as jnp
       >>> from jax_softplus import softplus_backward
       >>> softplus_backward(jnp.array([-1.0, 0.0, 2.0]), jnp.ones(3), beta=2.0)
       Array([0.11920292, 0.5       , 0.98201376], dtype=float32)
+      >>> import jax
+      >>> highest = jax.lax.AccuracyMode.HIGHEST
+      >>> softplus_backward(jnp.float32(-37.118507), jnp.float32(1.0808235e20),
+      ...                   beta=1.0000001, accuracy=highest)
+      Array(8192., dtype=float32)
     """
-    host = _dispatch.host_backward_call(src, diff_dst, beta)
+    host = _dispatch.host_backward_call(src, diff_dst, beta, accuracy)
     if host is not None:
         return host
-    *args, weak = _validated(src, diff_dst, beta)
+    *args, weak = _validated(src, diff_dst, beta, accuracy)
     out = _dispatch.backward_call(*args)
     return _compat.weakly_typed(out) if weak else out
 
 
-def _validated(src, diff_dst, beta):
-    """(src, diff_dst, beta as given, beta checked, hints, weak)."""
+def _validated(src, diff_dst, beta, accuracy=None):
+    """(src, diff_dst, beta as given, beta checked, hints, accuracy checked,
+    weak)."""
     src, diff_dst, weak = _validate.check_operands(src, diff_dst)
     checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
-    return src, diff_dst, beta, checked, hints, weak
+    level = _validate.check_accuracy(accuracy, src.dtype)
+    return src, diff_dst, beta, checked, hints, level, weak
 
 
-def _lower(src, diff_dst, beta=1.0):
+def _lower(src, diff_dst, beta=1.0, *, accuracy=None):
     """Lower for any beta: the executable takes beta as an argument.
 
     Each argument may be a `jax.ShapeDtypeStruct`, as for any jitted
@@ -78,16 +101,18 @@ def _lower(src, diff_dst, beta=1.0):
     given = (src, diff_dst)
     if any(isinstance(v, jax.ShapeDtypeStruct) for v in (*given, beta)):
         *data, beta = jax.eval_shape(
-            _checked_types, *(_as_abstract(v) for v in (*given, beta))
+            functools.partial(_checked_types, accuracy=accuracy),
+            *(_as_abstract(v) for v in (*given, beta)),
         )
         # The given specs keep their shardings; the others are checked types.
         src, diff_dst = (
             v if isinstance(v, jax.ShapeDtypeStruct) else c
             for v, c in zip(given, data, strict=True)
         )
-        return _dispatch.inplace_lower(src, diff_dst, beta)
-    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
-    return _dispatch.inplace_lower(src, diff_dst, checked)
+        level = _validate.check_accuracy(accuracy, src.dtype)
+        return _dispatch.inplace_lower(src, diff_dst, beta, level)
+    src, diff_dst, _, checked, _, level, _ = _validated(src, diff_dst, beta, accuracy)
+    return _dispatch.inplace_lower(src, diff_dst, checked, level)
 
 
 def _as_abstract(v):
@@ -98,9 +123,9 @@ def _as_abstract(v):
     return jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
 
 
-def _checked_types(src, diff_dst, beta):
+def _checked_types(src, diff_dst, beta, *, accuracy=None):
     # Under eval_shape: the checks run on tracers of the specs' types.
-    src, diff_dst, _, checked, _, _ = _validated(src, diff_dst, beta)
+    src, diff_dst, _, checked, _, _, _ = _validated(src, diff_dst, beta, accuracy)
     return src, diff_dst, checked
 
 
@@ -109,10 +134,17 @@ class _InplaceOp(Protocol):
     with the `.lower` of a jitted function."""
 
     def __call__(
-        self, src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
+        self,
+        src: ArrayLike,
+        diff_dst: ArrayLike,
+        beta: ArrayLike = 1.0,
+        *,
+        accuracy: Accuracy = None,
     ) -> jax.Array: ...
 
-    def lower(self, src: Any, diff_dst: Any, beta: Any = 1.0) -> Any: ...
+    def lower(
+        self, src: Any, diff_dst: Any, beta: Any = 1.0, *, accuracy: Accuracy = None
+    ) -> Any: ...
 
 
 def _with_lower(fun: Callable[..., jax.Array]) -> _InplaceOp:
@@ -123,7 +155,11 @@ def _with_lower(fun: Callable[..., jax.Array]) -> _InplaceOp:
 
 @_with_lower
 def softplus_backward_inplace(
-    src: ArrayLike, diff_dst: ArrayLike, beta: ArrayLike = 1.0
+    src: ArrayLike,
+    diff_dst: ArrayLike,
+    beta: ArrayLike = 1.0,
+    *,
+    accuracy: Accuracy = None,
 ) -> jax.Array:
     """`softplus_backward` that writes `diff_src` over `diff_dst`.
 
@@ -151,6 +187,10 @@ def softplus_backward_inplace(
       diff_dst: as in `softplus_backward`; donated. A NumPy array is copied
         to the device first, and that copy is what is donated.
       beta: as in `softplus_backward`.
+      accuracy: as in `softplus_backward`. At HIGHEST the result still
+        takes `diff_dst`'s buffer, but the compiled call keeps a copy of
+        `diff_dst` while it resolves the rare elements whose rounding the
+        float64 evaluation leaves in doubt (docs/inplace.md).
 
     Returns:
       `diff_src`, in `diff_dst`'s former buffer.
@@ -167,7 +207,7 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    *args, _ = _validated(src, diff_dst, beta)
+    *args, _ = _validated(src, diff_dst, beta, accuracy)
     if _weak_buffer(diff_dst, args[1]):
         # Its own buffer is donated, not a strongly typed copy: the jit reads
         # a weak array as the float array it is (the result is strong).

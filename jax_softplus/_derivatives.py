@@ -159,7 +159,9 @@ def _dsoftplus_dbeta_jvp(k, hints, primals, tangents):
 # The backward primitive's JVP --------------------------------------------
 
 
-def _softplus_backward_jvp(primals, tangents, *, beta_hints=_primitive.NO_HINTS):
+def _softplus_backward_jvp(
+    primals, tangents, *, beta_hints=_primitive.NO_HINTS, accuracy=None
+):
     """Tangent of g * s(b x), with s the sigmoid and s' = s(t) s(-t).
 
     d/dg is the op itself (it is linear in g). d/dx = g b s'(t) and
@@ -167,17 +169,18 @@ def _softplus_backward_jvp(primals, tangents, *, beta_hints=_primitive.NO_HINTS)
     the primals with g inside (never a huge g times an underflowed slope),
     and then multiply their tangents: linear in the tangents, so reverse
     mode transposes them to one product each, and their own rules carry
-    every higher order.
+    every higher order. The d/dg term is the op at the primal's `accuracy`;
+    the others are the families' (docs/accuracy.md).
     """
     src, diff_dst, beta = _primitive._arrays(*primals)
     src_dot, diff_dst_dot, beta_dot = (
         t if type(t) is ad.Zero else _primitive._arrays(t)[0] for t in tangents
     )
-    out = bind(src, diff_dst, beta, beta_hints)
+    out = bind(src, diff_dst, beta, beta_hints, accuracy)
     dtype, cdt = src.dtype, beta.dtype
     terms = []
     if type(diff_dst_dot) is not ad.Zero:
-        terms.append(bind(src, diff_dst_dot, beta, beta_hints))
+        terms.append(bind(src, diff_dst_dot, beta, beta_hints, accuracy))
     if type(src_dot) is not ad.Zero:
         slope = sigmoid_derivative(1, 0, 1, beta_hints, src, beta, diff_dst)
         terms.append((slope * src_dot.astype(cdt)).astype(dtype))

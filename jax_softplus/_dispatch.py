@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import _compat, _kernels, _sharding, _validate
+from jax_softplus import _compat, _forward, _sharding, _validate
 from jax_softplus._primitive import bind
 from jax_softplus._validate import BetaHints
 
@@ -76,37 +76,49 @@ def is_eager(*values: Any) -> bool:
     return not any(map(_compat.is_tracer, values)) and _compat.trace_state_clean()
 
 
-def call(eager, traced, data: tuple, beta: Any, checked: Any, hints: BetaHints):
+def call(
+    eager,
+    traced,
+    data: tuple,
+    beta: Any,
+    checked: Any,
+    hints: BetaHints,
+    accuracy: str | None = None,
+):
     """Run an op on validated operands.
 
-    At the top level `eager(*data, placed_beta, hints=hints)`, one of the
-    library's own jits; inside a trace `traced(*data, checked, hints)`.
-    `beta` is what the caller passed, `checked` its validated value.
+    At the top level `eager(*data, placed_beta, hints=hints,
+    accuracy=accuracy)`, one of the library's own jits; inside a trace
+    `traced(*data, checked, hints, accuracy)`. `beta` is what the caller
+    passed, `checked` its validated value; `accuracy` is checked too (None
+    or "highest").
     """
     if is_eager(*data, checked):
         placed = place_beta(beta, checked, data[-1])
-        return eager_jit(eager, hints)(*data, placed)
-    return traced(*data, checked, hints)
+        return eager_jit(eager, hints, accuracy)(*data, placed)
+    return traced(*data, checked, hints, accuracy)
 
 
-# The library's jits of its top-level calls, one per (function, hints): a
-# call passes dynamic arguments only, the fastest way through JAX's
-# dispatch, and every eager route shares the executables.
+# The library's jits of its top-level calls, one per (function, hints,
+# accuracy): a call passes dynamic arguments only, the fastest way through
+# JAX's dispatch, and every eager route shares the executables.
 _EAGER_JITS: dict = {}
 
 
-def eager_jit(fun, hints: BetaHints):
-    """The library's jit of `fun` with `hints` fixed (wide CPU vectors)."""
-    key = (fun, hints)
+def eager_jit(fun, hints: BetaHints, accuracy: str | None = None):
+    """The library's jit of `fun` with `hints` and `accuracy` fixed (wide
+    CPU vectors)."""
+    key = (fun, hints, accuracy)
     jitted = _EAGER_JITS.get(key)
     if jitted is None:
-        jitted = _EAGER_JITS[key] = own_jit(functools.partial(fun, hints=hints))
+        fixed = functools.partial(fun, hints=hints, accuracy=accuracy)
+        jitted = _EAGER_JITS[key] = own_jit(fixed)
     return jitted
 
 
-def backward_call(src, diff_dst, beta, checked, hints):
+def backward_call(src, diff_dst, beta, checked, hints, accuracy=None):
     """`softplus_backward` on validated operands."""
-    return call(bind, bind, (src, diff_dst), beta, checked, hints)
+    return call(bind, bind, (src, diff_dst), beta, checked, hints, accuracy)
 
 
 # Eager calls on host values -----------------------------------------------------
@@ -118,6 +130,12 @@ def backward_call(src, diff_dst, beta, checked, hints):
 
 _PY_NUMBERS = (bool, int, float)
 _PY_BETA = (float, int)  # a beta the fast paths take (bool: the checked path)
+
+
+def _fast_accuracy(accuracy: Any) -> bool:
+    """Whether the fast paths take this `accuracy` as a cache key: None or
+    an AccuracyMode (a Tolerance takes the checked path)."""
+    return accuracy is None or isinstance(accuracy, jax.lax.AccuracyMode)
 
 
 def _host_kind(value: Any) -> Any:
@@ -149,10 +167,10 @@ def _host_data_dtype(kind: Any, x64: bool) -> np.dtype:
     return np.dtype(out.dtype)
 
 
-def _host_forward(x, beta, *, hints):
+def _host_forward(x, beta, *, hints, accuracy):
     x, weak = _validate.check_forward_operand(x)
     beta = jax.lax.convert_element_type(beta, _validate.compute_dtype(x.dtype))
-    out = _kernels.softplus_kernel(x, beta, hints)
+    out = _forward.value(x, beta, hints, accuracy)
     return _compat.weakly_typed(out) if weak else out
 
 
@@ -182,24 +200,25 @@ def _remember(cache, key, value):
     return value
 
 
-def host_forward_call(x: Any, beta: Any) -> Any:
+def host_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
     """`softplus(x, beta)` at the top level for a host `x` and a Python
     number `beta`, in one dispatch; None where the checked path must run."""
     kind = _host_kind(x)
-    if kind is None or type(beta) not in _PY_BETA:
+    if kind is None or type(beta) not in _PY_BETA or not _fast_accuracy(accuracy):
         return None
     config = jax.config
-    key = (kind, beta, config.jax_enable_x64, config.jax_default_device)
+    key = (kind, beta, accuracy, config.jax_enable_x64, config.jax_default_device)
     hit = _HOST_FORWARD.get(key)
     if hit is None:
         if kind[0] == "numpy" and not _validate.real_dtype(kind[1]):
             return None  # complex, strings...: the checked path says why
-        dtype = _host_data_dtype(kind, bool(key[2]))
+        dtype = _host_data_dtype(kind, bool(key[3]))
         checked, hints = _validate.check_beta(beta, dtype, forward=True)
+        level = _validate.check_accuracy(accuracy, dtype)
         hit = _remember(
             _HOST_FORWARD,
             key,
-            (eager_jit(_host_forward, hints), _host_beta(checked, key[3])),
+            (eager_jit(_host_forward, hints, level), _host_beta(checked, key[4])),
         )
     if not _compat.trace_state_clean():
         return None
@@ -212,16 +231,18 @@ def host_forward_call(x: Any, beta: Any) -> Any:
 _ARRAY_FORWARD: dict = {}
 
 
-def array_forward_call(x: Any, beta: Any) -> Any:
+def array_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
     """`softplus(x, beta)` at the top level for a JAX array that the kernel
     takes as it is and a Python number `beta`; None otherwise. The common
     case is one dict lookup before the call."""
     if type(x) is not _compat.ArrayImpl or type(beta) not in _PY_BETA or x.weak_type:
         return None
-    key = (x.dtype, x.sharding, beta, jax.config.jax_enable_x64)
+    if not _fast_accuracy(accuracy):
+        return None
+    key = (x.dtype, x.sharding, beta, jax.config.jax_enable_x64, accuracy)
     hit = _ARRAY_FORWARD.get(key)
     if hit is None:
-        hit = _array_entry(_ARRAY_FORWARD, key, _kernels.softplus_kernel, True)
+        hit = _array_entry(_ARRAY_FORWARD, key, _forward.value, True)
         if hit is None:
             return None
     if x.is_deleted() or not _compat.trace_state_clean():
@@ -233,28 +254,29 @@ def array_forward_call(x: Any, beta: Any) -> Any:
 def _array_entry(cache, key, fun, forward):
     """(the library's jit of `fun`, beta placed beside the data) for an
     array path's key, remembered; None where the checked path must run."""
-    dtype, sharding, beta, _ = key
+    dtype, sharding, beta, _, accuracy = key
     if dtype not in _validate.data_dtypes():
         return None
     scalar = _scalar_sharding(sharding)
     if scalar is None:
         return None
     checked, hints = _validate.check_beta(beta, dtype, forward=forward)
+    level = _validate.check_accuracy(accuracy, dtype)
     placed = _placed(float(checked), checked.dtype, scalar)
-    return _remember(cache, key, (eager_jit(fun, hints), placed))
+    return _remember(cache, key, (eager_jit(fun, hints, level), placed))
 
 
-def _host_backward(src, diff_dst, beta, *, hints):
+def _host_backward(src, diff_dst, beta, *, hints, accuracy):
     src, diff_dst, weak = _validate.check_operands(src, diff_dst)
     beta = jax.lax.convert_element_type(beta, _validate.compute_dtype(src.dtype))
-    out = bind(src, diff_dst, beta, hints)
+    out = bind(src, diff_dst, beta, hints, accuracy)
     return _compat.weakly_typed(out) if weak else out
 
 
 _HOST_BACKWARD: dict = {}
 
 
-def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
+def host_backward_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None) -> Any:
     """`softplus_backward` at the top level for two NumPy arrays of one
     float dtype and shape, or two Python floats, and a Python number beta,
     in one dispatch; None where the checked path must run (it gives mixed
@@ -262,8 +284,10 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
     kind = type(src)
     if kind is not type(diff_dst) or type(beta) not in _PY_BETA:
         return None
+    if not _fast_accuracy(accuracy):
+        return None
     if kind is _compat.ArrayImpl:
-        return _array_backward_call(src, diff_dst, beta)
+        return _array_backward_call(src, diff_dst, beta, accuracy)
     if kind is np.ndarray:
         if src.dtype != diff_dst.dtype or src.shape != diff_dst.shape:
             return None
@@ -273,17 +297,18 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
     else:
         return None
     config = jax.config
-    key = (kind, of, beta, config.jax_enable_x64, config.jax_default_device)
+    key = (kind, of, beta, accuracy, config.jax_enable_x64, config.jax_default_device)
     hit = _HOST_BACKWARD.get(key)
     if hit is None:
         dtype = jax.dtypes.canonicalize_dtype(of)
         if dtype not in _validate.data_dtypes():
             return None
         checked, hints = _validate.check_beta(beta, dtype, forward=False)
+        level = _validate.check_accuracy(accuracy, dtype)
         hit = _remember(
             _HOST_BACKWARD,
             key,
-            (eager_jit(_host_backward, hints), _host_beta(checked, key[4])),
+            (eager_jit(_host_backward, hints, level), _host_beta(checked, key[5])),
         )
     if not _compat.trace_state_clean():
         return None
@@ -296,7 +321,7 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
 _ARRAY_BACKWARD: dict = {}
 
 
-def _array_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
+def _array_backward_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any) -> Any:
     """`host_backward_call` for two concrete JAX arrays; one lookup."""
     if (
         src.weak_type
@@ -306,7 +331,7 @@ def _array_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
         or src.sharding != diff_dst.sharding
     ):
         return None
-    key = (src.dtype, src.sharding, beta, jax.config.jax_enable_x64)
+    key = (src.dtype, src.sharding, beta, jax.config.jax_enable_x64, accuracy)
     hit = _ARRAY_BACKWARD.get(key)
     if hit is None:
         hit = _array_entry(_ARRAY_BACKWARD, key, bind, False)
@@ -321,8 +346,8 @@ def _array_backward_call(src: Any, diff_dst: Any, beta: Any) -> Any:
 # In place --------------------------------------------------------------------
 
 
-def _inplace(src, diff_dst, beta, hints, layout=None):
-    out = bind(src, diff_dst, beta, hints)
+def _inplace(src, diff_dst, beta, hints, accuracy=None, layout=None):
+    out = bind(src, diff_dst, beta, hints, accuracy)
     if layout is not None:
         # The result must be laid out as diff_dst for XLA to reuse its buffer;
         # left to itself it may follow src's sharding and allocate.
@@ -331,19 +356,21 @@ def _inplace(src, diff_dst, beta, hints, layout=None):
 
 
 _inplace_jit = own_jit(
-    _inplace, donate_argnames=("diff_dst",), static_argnames=("hints", "layout")
+    _inplace,
+    donate_argnames=("diff_dst",),
+    static_argnames=("hints", "accuracy", "layout"),
 )
 
 
-def _inplace_self(diff_dst, beta, hints):
-    return _inplace(diff_dst, diff_dst, beta, hints)
+def _inplace_self(diff_dst, beta, hints, accuracy=None):
+    return _inplace(diff_dst, diff_dst, beta, hints, accuracy)
 
 
 # One array as both operands: the runtime refuses to donate a buffer that the
 # same call also reads as another argument, so the kernel reads its one
 # (donated) argument twice. Still in place: each element is read, then written.
 _inplace_self_jit = own_jit(
-    _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints",)
+    _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints", "accuracy")
 )
 
 
@@ -379,7 +406,9 @@ def _follow_src(src, diff_dst):
     return moved
 
 
-def inplace_call(src, diff_dst, beta, checked, hints, *, converted=False):
+def inplace_call(
+    src, diff_dst, beta, checked, hints, accuracy=None, *, converted=False
+):
     """`softplus_backward_inplace` on validated operands.
 
     `converted`: diff_dst is the library's own conversion of a host array.
@@ -390,17 +419,22 @@ def inplace_call(src, diff_dst, beta, checked, hints, *, converted=False):
         # Under an outer jit/vmap/grad (closed-over arrays included) there is
         # no buffer to donate: the outer computation owns its buffers (donate
         # its arguments instead).
-        return bind(src, diff_dst, checked, hints)
+        return bind(src, diff_dst, checked, hints, accuracy)
     if converted:
         diff_dst = jnp.array(diff_dst, copy=True)
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
     if src is diff_dst:
-        out = _inplace_self_jit(diff_dst, placed, hints=hints)
+        out = _inplace_self_jit(diff_dst, placed, hints=hints, accuracy=accuracy)
     else:
         diff_dst = _follow_src(src, diff_dst)
         out = _inplace_jit(
-            src, diff_dst, placed, hints=hints, layout=_layout(src, diff_dst)
+            src,
+            diff_dst,
+            placed,
+            hints=hints,
+            accuracy=accuracy,
+            layout=_layout(src, diff_dst),
         )
     if not diff_dst.is_deleted():
         _warn_not_donated()
@@ -429,28 +463,33 @@ def _warn_not_donated():
     )
 
 
-def inplace_lower(src, diff_dst, checked):
+def inplace_lower(src, diff_dst, checked, accuracy=None):
     """`softplus_backward_inplace.lower`: compiled for any beta (no hints)."""
     return _inplace_jit.lower(
-        src, diff_dst, checked, hints=BetaHints(), layout=_layout(src, diff_dst)
+        src,
+        diff_dst,
+        checked,
+        hints=BetaHints(),
+        accuracy=accuracy,
+        layout=_layout(src, diff_dst),
     )
 
 
-def forward_call(x, beta, checked, hints, traced):
+def forward_call(x, beta, checked, hints, traced, accuracy=None):
     """`softplus` on validated operands; `traced` is its custom_vjp."""
-    return call(_kernels.softplus_kernel, traced, (x,), beta, checked, hints)
+    return call(_forward.value, traced, (x,), beta, checked, hints, accuracy)
 
 
 def cache_sizes() -> dict[str, int]:
     """Executables held by the library's own jits, by name (for tests)."""
     names = {
         bind: "backward",
-        _kernels.softplus_kernel: "forward",
+        _forward.value: "forward",
         _host_forward: "host_forward",
         _host_backward: "host_backward",
     }
     sizes = dict.fromkeys(names.values(), 0)
-    for (fun, _), jitted in _EAGER_JITS.items():
+    for (fun, _, _), jitted in _EAGER_JITS.items():
         sizes[names[fun]] += jitted._cache_size()
     sizes["inplace"] = _inplace_jit._cache_size()
     sizes["inplace_self"] = _inplace_self_jit._cache_size()

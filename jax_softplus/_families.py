@@ -80,7 +80,7 @@ def _softplus_family_lowering(kind):
     """The evaluation of a platform kind (`_platforms`): float32 compute in
     float64 where the platform has float64 ("cpu", "gpu"), else in the
     compute dtype with the exponents carried apart."""
-    wide = kind in ("cpu", "gpu")
+    wide = _platforms.wide_derivatives(kind)
 
     def evaluate(src, beta, *dd, family, hints):
         beta = _flushed(beta)

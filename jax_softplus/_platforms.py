@@ -12,6 +12,7 @@ platform's evaluation and run it here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -70,3 +71,18 @@ def is_emulating_another() -> bool:
     choice made by JAX per platform (`lax.platform_dependent`) must take the
     emulated platform's branch instead."""
     return _emulated is not None and KINDS[_emulated] != "cpu"
+
+
+# On a GPU whose float64 unit is slow (consumer cards: 1/64 of the float32
+# rate), the derivatives' float64 evaluation is compute-bound; this
+# variable, read when a program is lowered, gives GPUs the float32 one
+# that TPUs take (docs/accuracy.md, "Platforms").
+GPU_FLOAT32_ENV = "JAX_SOFTPLUS_GPU_FLOAT32_DERIVATIVES"
+
+
+def wide_derivatives(kind: str | None) -> bool:
+    """Whether a platform kind evaluates float32 derivatives in float64:
+    CPUs, and GPUs unless `GPU_FLOAT32_ENV` is set to 1."""
+    if kind == "gpu":
+        return os.environ.get(GPU_FLOAT32_ENV, "0") not in ("1", "true", "True")
+    return kind == "cpu"

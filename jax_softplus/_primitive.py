@@ -3,11 +3,13 @@
 Operands are `(src, diff_dst, beta)`. `beta` is an operand, not a parameter,
 so it can be traced, batched and differentiated; it is 0-d, except inside a
 `vmap` over a per-example beta, where the batching rule broadcasts it to the
-data's shape. Its one parameter, `beta_hints`, is what a concrete beta
-tells the lowering (`_validate.BetaHints`): that `beta * src` is exact, so
-the error-free product may be skipped, that |beta| is in [2**-64, 2**64],
-so rebalancing may be, and that |beta| is below 2**-100. The default
-claims nothing; hints change no bit of the result for a finite src.
+data's shape. Its parameters: `beta_hints`, what a concrete beta tells the
+lowering (`_validate.BetaHints`): that `beta * src` is exact, so the
+error-free product may be skipped, that |beta| is in [2**-64, 2**64], so
+rebalancing may be, and that |beta| is below 2**-100 (the default claims
+nothing; hints change no bit of the result for a finite src); and
+`accuracy`, None for the default kernels or "highest" for the correctly
+rounded evaluation (`_highest`).
 
 The impl is JAX's own `apply_primitive`, so `disable_jit`, `debug_nans` and
 `debug_infs` treat the op as they treat `lax.mul`. Rules are registered in
@@ -35,7 +37,7 @@ _OPERANDS = ("src", "diff_dst", "beta")
 NO_HINTS = BetaHints()
 
 
-def bind(src, diff_dst, beta, hints=None):
+def bind(src, diff_dst, beta, hints=None, accuracy=None):
     """Bind the primitive; every bind in the library goes through here.
 
     The operands first get one type, as for JAX's own elementwise ops: inside
@@ -48,7 +50,9 @@ def bind(src, diff_dst, beta, hints=None):
         src, diff_dst, beta = _sharding.match_sharding(_OPERANDS, src, diff_dst, beta)
     else:
         src, diff_dst = _sharding.match_sharding(_OPERANDS[:2], src, diff_dst)
-    return softplus_backward_p.bind(src, diff_dst, beta, beta_hints=hints or NO_HINTS)
+    return softplus_backward_p.bind(
+        src, diff_dst, beta, beta_hints=hints or NO_HINTS, accuracy=accuracy
+    )
 
 
 def _arrays(*values):
@@ -60,7 +64,9 @@ def _arrays(*values):
     )
 
 
-def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=NO_HINTS):
+def _softplus_backward_abstract_eval(
+    src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None
+):
     """The result's type: `src`'s, strongly typed.
 
     The public functions validate before `bind`; a direct bind of operands
@@ -70,6 +76,11 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=NO_HINTS
     with `src`'s sharding alone.
     """
     del beta_hints
+    if accuracy not in (None, "highest"):
+        raise TypeError(
+            f"softplus_backward_p: accuracy is {accuracy!r}; it takes None or "
+            "'highest' (the public functions take jax.lax.AccuracyMode)."
+        )
     for name, aval in zip(_OPERANDS[:2], (src, diff_dst), strict=True):
         if not kernel_dtype(aval.dtype):
             raise TypeError(
@@ -110,7 +121,9 @@ def _softplus_backward_abstract_eval(src, diff_dst, beta, *, beta_hints=NO_HINTS
     return src.update(weak_type=False)
 
 
-def _softplus_backward_transpose(ct, src, diff_dst, beta, *, beta_hints=NO_HINTS):
+def _softplus_backward_transpose(
+    ct, src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None
+):
     """The op is linear in diff_dst only, and diagonal: its own transpose."""
     assert not ad.is_undefined_primal(src)
     assert not ad.is_undefined_primal(beta)
@@ -118,7 +131,7 @@ def _softplus_backward_transpose(ct, src, diff_dst, beta, *, beta_hints=NO_HINTS
     if type(ct) is ad.Zero:
         return None, None, None
     src, beta, ct = _arrays(src, beta, ct)
-    return None, bind(src, ct, beta, beta_hints), None
+    return None, bind(src, ct, beta, beta_hints, accuracy), None
 
 
 def batch_operands(args, dims):
@@ -162,17 +175,19 @@ def batch_operands(args, dims):
     return (*data, beta), axis
 
 
-def _softplus_backward_batch(args, dims, *, beta_hints=NO_HINTS):
+def _softplus_backward_batch(args, dims, *, beta_hints=NO_HINTS, accuracy=None):
     """Batch every combination of mapped src, diff_dst and beta."""
     args, axis = batch_operands(args, dims)
-    return bind(*args, beta_hints), axis
+    return bind(*args, beta_hints, accuracy), axis
 
 
 def _softplus_backward_lowering(kind):
     """The kernel of a platform kind ("cpu", "gpu", or None: `_platforms`)."""
 
-    def kernel(src, diff_dst, beta, *, beta_hints=NO_HINTS):
-        return _kernels.backward_kernel(src, diff_dst, beta, beta_hints, platform=kind)
+    def kernel(src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None):
+        return _kernels.backward_kernel(
+            src, diff_dst, beta, beta_hints, platform=kind, accuracy=accuracy
+        )
 
     return kernel
 

@@ -10,26 +10,29 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
-from jax_softplus import _compat, _dispatch, _kernels, _sharding, _validate
+from jax_softplus import _compat, _dispatch, _forward, _sharding, _validate
 from jax_softplus._derivatives import dsoftplus_dbeta
 from jax_softplus._derivatives import is_zero as _is_zero
 from jax_softplus._primitive import batch_operands, bind
+from jax_softplus._validate import Accuracy
 
 # Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
-_softplus_kernel = jax.jit(_kernels.softplus_kernel, static_argnames=("hints",))
+_softplus_kernel = jax.jit(_forward.value, static_argnames=("hints", "accuracy"))
 
 
-def _tangent_terms(hints, x, beta, x_dot, beta_dot, dbeta=None):
+def _tangent_terms(static, x, beta, x_dot, beta_dot, dbeta=None):
     """The terms of d softplus = sigma(beta x) x_dot + (d softplus / d beta)
     beta_dot that are not zero.
 
     The x term is the backward op with diff_dst = x_dot (linear in it, so
-    `jax.linearize` transposes it to one bind); `dbeta` is
-    `dsoftplus_dbeta`'s value when the caller already has it.
+    `jax.linearize` transposes it to one bind), at the value's accuracy;
+    `dbeta` is `dsoftplus_dbeta`'s value when the caller already has it.
+    `static` is (hints, accuracy).
     """
+    hints, accuracy = static
     terms = []
     if not _is_zero(x_dot):
-        terms.append(bind(x, x_dot, beta, hints))
+        terms.append(bind(x, x_dot, beta, hints, accuracy))
     if not _is_zero(beta_dot):
         dbeta = dsoftplus_dbeta(1, hints, x, beta) if dbeta is None else dbeta
         terms.append((dbeta * beta_dot).astype(x.dtype))
@@ -40,22 +43,25 @@ def _total(x, terms):
     return sum(terms[1:], terms[0]) if terms else jnp.zeros_like(x)
 
 
-def _tangent(hints, x, beta, x_dot, beta_dot, dbeta=None):
+def _tangent(static, x, beta, x_dot, beta_dot, dbeta=None):
     """d softplus (`_tangent_terms`), summed."""
-    return _total(x, _tangent_terms(hints, x, beta, x_dot, beta_dot, dbeta))
+    return _total(x, _tangent_terms(static, x, beta, x_dot, beta_dot, dbeta))
 
 
 # The value itself carries a JVP: higher-order derivatives differentiate the
 # rules below, and the kernel's rounding/bitcast steps have no useful
 # derivative of their own.
+# `static` is (hints, accuracy) throughout: what a concrete beta tells the
+# kernels, and which evaluation the value and its backward op take.
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _softplus_value(hints, x, beta):
-    return _softplus_kernel(x, beta, hints=hints)
+def _softplus_value(static, x, beta):
+    hints, accuracy = static
+    return _softplus_kernel(x, beta, hints=hints, accuracy=accuracy)
 
 
-def _softplus_value_jvp(hints, primals, tangents):
+def _softplus_value_jvp(static, primals, tangents):
     x, beta = primals
-    return _softplus_value(hints, x, beta), _tangent(hints, x, beta, *tangents)
+    return _softplus_value(static, x, beta), _tangent(static, x, beta, *tangents)
 
 
 _softplus_value.defjvp(_softplus_value_jvp, symbolic_zeros=True)
@@ -82,17 +88,21 @@ if _compat.HiPrim is not None:
 
         skip_linearization_on_zero_tangents = True  # JAX 0.11+
 
-        def __init__(self, x_aval, beta_aval, hints):
+        def __init__(self, x_aval, beta_aval, static):
             self.in_avals = (x_aval, beta_aval)
             self.out_aval = x_aval
-            self.params = {"hints": hints}
+            self.params = {"hints": static[0], "accuracy": static[1]}
             super().__init__()
 
+        @property
+        def static(self):
+            return self.hints, self.accuracy
+
         def expand(self, x, beta):
-            return _softplus_kernel(x, beta, hints=self.hints)
+            return _softplus_kernel(x, beta, hints=self.hints, accuracy=self.accuracy)
 
         def vjp_fwd(self, nzs_in, x, beta):
-            y = _softplus_value(self.hints, x, beta)
+            y = _softplus_value(self.static, x, beta)
             # The residuals' structure carries whether beta needs a cotangent.
             return y, (x, beta, beta if nzs_in[1] else None)
 
@@ -100,7 +110,7 @@ if _compat.HiPrim is not None:
             x, beta, beta_perturbed = res
             if _is_zero(g):
                 return _zero_like(x), _zero_like(beta)
-            dx = bind(x, g, beta, self.hints)
+            dx = bind(x, g, beta, self.hints, self.accuracy)
             if beta_perturbed is None:
                 return dx, _zero_like(beta)
             dbeta = g.astype(beta.dtype) * dsoftplus_dbeta(1, self.hints, x, beta)
@@ -115,28 +125,28 @@ if _compat.HiPrim is not None:
                 zeros = tuple(_is_zero(t) for t in tangents)
                 dots = [0.0 if z else t for z, t in zip(zeros, tangents, strict=True)]
                 y, terms = _value_and_terms(
-                    x, beta, *dots, hints=self.hints, zeros=zeros
+                    x, beta, *dots, static=self.static, zeros=zeros
                 )
                 # Summed here as elsewhere, not contracted into an FMA in
                 # the jit: the bits of every other route.
                 return y, _total(x, terms)
-            y = _softplus_value(self.hints, x, beta)
-            return y, _tangent(self.hints, x, beta, *tangents)
+            y = _softplus_value(self.static, x, beta)
+            return y, _tangent(self.static, x, beta, *tangents)
 
         def lin(self, nzs_in, x, beta):
-            y = _softplus_value(self.hints, x, beta)
+            y = _softplus_value(self.static, x, beta)
             dbeta = dsoftplus_dbeta(1, self.hints, x, beta) if nzs_in[1] else None
             return y, (x, beta, dbeta)
 
         def linearized(self, res, x_dot, beta_dot):
             x, beta, dbeta = res
-            return _tangent(self.hints, x, beta, x_dot, beta_dot, dbeta)
+            return _tangent(self.static, x, beta, x_dot, beta_dot, dbeta)
 
         def batch(self, axis_data, args, dims):
             # Elementwise, as the backward op: bound again on aligned operands.
             del axis_data
             (x, beta), axis = batch_operands(args, dims)
-            return _bind_hi(x, beta, self.hints), axis
+            return _bind_hi(x, beta, self.static), axis
 
     def _zero_like(v):
         return _compat.HiZero(jax.typeof(v).to_tangent_aval())
@@ -147,15 +157,15 @@ if _compat.HiPrim is not None:
         live = [v for v in values if not _is_zero(v)]
         return _compat.trace_state_clean() and not any(map(_compat.is_tracer, live))
 
-    @partial(jax.jit, static_argnames=("hints", "zeros"))
-    def _value_and_terms(x, beta, x_dot, beta_dot, *, hints, zeros):
+    @partial(jax.jit, static_argnames=("static", "zeros"))
+    def _value_and_terms(x, beta, x_dot, beta_dot, *, static, zeros):
         x_dot = _zero_like(x) if zeros[0] else x_dot
         beta_dot = _zero_like(beta) if zeros[1] else beta_dot
-        terms = _tangent_terms(hints, x, beta, x_dot, beta_dot)
-        return _softplus_value(hints, x, beta), terms
+        terms = _tangent_terms(static, x, beta, x_dot, beta_dot)
+        return _softplus_value(static, x, beta), terms
 
-    def _bind_hi(x, beta, hints):
-        return _Softplus(jax.typeof(x), jax.typeof(beta), hints)(x, beta)
+    def _bind_hi(x, beta, static):
+        return _Softplus(jax.typeof(x), jax.typeof(beta), static)(x, beta)
 
     _compat.register_hi_nan_check(_Softplus)
 
@@ -164,21 +174,22 @@ if _compat.HiPrim is not None:
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _softplus(hints, x, beta):
-    return _softplus_value(hints, x, beta)
+def _softplus(static, x, beta):
+    return _softplus_value(static, x, beta)
 
 
-def _softplus_fwd(hints, x, beta):
-    y = _softplus_value(hints, x.value, beta.value)
+def _softplus_fwd(static, x, beta):
+    y = _softplus_value(static, x.value, beta.value)
     # The residuals' structure carries whether beta needs a cotangent.
     return y, (x.value, beta.value, beta.value if beta.perturbed else None)
 
 
-def _softplus_bwd(hints, res, g):
+def _softplus_bwd(static, res, g):
+    hints, accuracy = static
     x, beta, beta_perturbed = res
     if type(g) is SymbolicZero:
         return None, None
-    dx = bind(x, g, beta, hints)
+    dx = bind(x, g, beta, hints, accuracy)
     if beta_perturbed is None:
         return dx, None
     return dx, jnp.sum(g.astype(beta.dtype) * dsoftplus_dbeta(1, hints, x, beta))
@@ -191,17 +202,17 @@ _softplus.defvjp(_softplus_fwd, _softplus_bwd, symbolic_zeros=True)
 # one that always computes the beta cotangent (unused ones are dead code
 # under jit).
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _softplus_dense(hints, x, beta):
-    return _softplus_value(hints, x, beta)
+def _softplus_dense(static, x, beta):
+    return _softplus_value(static, x, beta)
 
 
-def _softplus_dense_fwd(hints, x, beta):
-    return _softplus_value(hints, x, beta), (x, beta)
+def _softplus_dense_fwd(static, x, beta):
+    return _softplus_value(static, x, beta), (x, beta)
 
 
-def _softplus_dense_bwd(hints, res, g):
+def _softplus_dense_bwd(static, res, g):
     x, beta = res
-    return _softplus_bwd(hints, (x, beta, beta), g)
+    return _softplus_bwd(static, (x, beta, beta), g)
 
 
 _softplus_dense.defvjp(_softplus_dense_fwd, _softplus_dense_bwd)
@@ -211,7 +222,9 @@ _softplus_dense.defvjp(_softplus_dense_fwd, _softplus_dense_bwd)
 MECHANISM = "custom_vjp" if _compat.HiPrim is None else "hiprim"
 
 
-def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
+def softplus(
+    x: ArrayLike, beta: ArrayLike = 1.0, *, accuracy: Accuracy = None
+) -> jax.Array:
     """SoftPlus: (1 / beta) * log(1 + exp(beta * x)).
 
     Computed as [beta * x > 0] * x + log1p(exp(-|beta * x|)) / beta: it
@@ -236,18 +249,32 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
     Args:
       x: an array of float32, bfloat16, float16, float8 or float4 (float64
         with `jax_enable_x64`), or of integers or bools, promoted as by
-        `jax.nn.softplus`; a Python or NumPy scalar, or a NumPy array.
+        `jax.nn.softplus`; a Python or NumPy scalar, or a NumPy array. A
+        complex x is computed as `jax.nn.softplus` computes it,
+        `jnp.logaddexp(beta * x, 0) / beta`, differentiated by JAX, with
+        that formula's accuracy (docs/sharp_bits.md).
       beta: a nonzero real scalar, default 1.0; it may be traced and
         differentiated.
+      accuracy: keyword-only, as in `jax.lax`. None or
+        `jax.lax.AccuracyMode.DEFAULT`: the default kernel.
+        `jax.lax.AccuracyMode.HIGHEST`: the correctly rounded value (round
+        to nearest even of the exact value) for float32, bfloat16 and
+        float16 `x`, evaluated in float64 (not on TPUs: an error at
+        lowering), and the backward op at HIGHEST as its VJP; float64 and
+        the narrower float types take the default kernel. A
+        `jax.lax.Tolerance`: the cheapest of the two whose bound meets it.
 
     Returns:
       An array of the shape of `x` and of its (promoted) dtype, weakly
         typed where `x` is.
 
     Raises:
-      TypeError: complex or non-numeric `x`, or a `beta` that is not real.
-      ValueError: a non-scalar `beta`, or a concrete `beta` that is 0, NaN,
-        infinite or beyond the float32 range.
+      TypeError: a non-numeric `x`, a `beta` that is not real, or an
+        `accuracy` that is none of the above.
+      ValueError: a non-scalar `beta`; a concrete `beta` that is 0, NaN,
+        infinite or beyond the range of the compute dtype (float32, or
+        float64 for float64 `x`); a `jax.lax.Tolerance` that no evaluation
+        meets, or a HIGHEST accuracy for complex `x`.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -256,24 +283,50 @@ def softplus(x: ArrayLike, beta: ArrayLike = 1.0) -> jax.Array:
       Array([2.0611537e-09, 6.9314718e-01, 1.0000000e+02], dtype=float32)
       >>> jax.grad(lambda x: softplus(x, 2.0))(jnp.float32(0.0))
       Array(0.5, dtype=float32)
+      >>> softplus(jnp.float32(0.1), accuracy=jax.lax.AccuracyMode.HIGHEST)
+      Array(0.7443967, dtype=float32)
     """
-    fast = _dispatch.array_forward_call(x, beta)
+    fast = _dispatch.array_forward_call(x, beta, accuracy)
     if fast is None:
-        fast = _dispatch.host_forward_call(x, beta)
+        fast = _dispatch.host_forward_call(x, beta, accuracy)
     if fast is not None:
         return fast
+    if _validate.is_complex(x):
+        return _complex(x, beta, accuracy)
     x, weak = _validate.check_forward_operand(x)
     checked, hints = _validate.check_beta(beta, x.dtype, forward=True)
-    y = _dispatch.forward_call(x, beta, checked, hints, _traced)
+    level = _validate.check_accuracy(accuracy, x.dtype)
+    y = _dispatch.forward_call(x, beta, checked, hints, _traced, level)
     return _compat.weakly_typed(y) if weak else y
 
 
-def _traced(x, beta, hints):
+def _complex(x, beta, accuracy):
+    """Complex x, as `jax.nn.softplus` computes it: jnp.logaddexp(beta x,
+    0) / beta, differentiated by JAX (holomorphic), with that formula's
+    accuracy; at beta = 1 (concrete) `jax.nn.softplus`'s own bits."""
+    x = jnp.asarray(x)
+    real = jnp.finfo(x.dtype).dtype
+    checked, _ = _validate.check_beta(beta, real, forward=True)
+    if _validate.check_accuracy(accuracy, real) is not None:
+        raise ValueError(
+            f"accuracy={accuracy!r}: complex x ({x.dtype}) has one evaluation, "
+            "jax.nn.softplus's formula; there is no correctly rounded one."
+        )
+    if not _compat.is_tracer(checked) and float(checked) == 1.0:
+        return jax.nn.softplus(x)
+    # beta as x's complex dtype (zero imaginary part): JAX's strict
+    # promotion mixes no float32 with complex64.
+    b = jnp.asarray(checked, real).astype(x.dtype)
+    return jnp.logaddexp(b * x, jnp.zeros((), x.dtype)) / b
+
+
+def _traced(x, beta, hints, accuracy):
     # Matched outside the op's rules, so that the cast's transpose sums the
     # cotangent of an operand replicated over shard_map's mesh.
     x, beta = _sharding.match_varying(x, beta)
+    static = (hints, accuracy)
     if _compat.HiPrim is None:
         if _compat.in_eager_shard_map():
-            return _softplus_dense(hints, x, beta)
-        return _softplus(hints, x, beta)
-    return _bind_hi(x, beta, hints)
+            return _softplus_dense(static, x, beta)
+        return _softplus(static, x, beta)
+    return _bind_hi(x, beta, static)

@@ -42,7 +42,7 @@ def data_dtypes() -> tuple[np.dtype, ...]:
 
 def _accepted(promote: bool = False) -> str:
     names = ", ".join(d.name for d in data_dtypes())
-    return f"{names}, float8, float4, integer or bool" if promote else names
+    return f"{names}, float8, float4, integer, bool or complex" if promote else names
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -144,18 +144,22 @@ def _usable(value: Any) -> bool:
     )
 
 
+def is_complex(value: Any) -> bool:
+    """Whether `softplus`'s x is complex (a Python complex, or an array or
+    scalar of a complex dtype), which it computes as `jax.nn.softplus` does."""
+    if isinstance(value, complex):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and np.dtype(dtype).kind == "c"
+
+
 def check_forward_operand(value: Any) -> tuple[jax.Array, bool]:
-    """`softplus`'s x as a strongly typed float array, and whether the result
-    is weakly typed: what `jax.nn.softplus` accepts, with its promotion."""
+    """`softplus`'s real x as a strongly typed float array, and whether the
+    result is weakly typed: what `jax.nn.softplus` accepts, with its
+    promotion (complex x: `is_complex`, handled before)."""
     if _usable(value):
         return value, False  # the common case, in a fraction of a microsecond
     weak = is_weak(value)
-    if isinstance(value, complex) or np.dtype(getattr(value, "dtype", "f")).kind == "c":
-        raise TypeError(
-            f"x must be real, got {type(value).__name__} of dtype "
-            f"{getattr(value, 'dtype', 'complex')}; softplus accepts "
-            f"{_accepted(True)}."
-        )
     if isinstance(value, (bool, int, float)):
         value = jnp.asarray(value)  # weakly typed, of the default dtype
     dtype = _dtype_of("x", value, promote=True)
@@ -374,3 +378,84 @@ def _concrete_beta(concrete, shown, cdtype, forward):
     moderate = concrete == 0.0 or 2.0**-64 <= abs(concrete) <= 2.0**64
     tiny = 0.0 < abs(concrete) < 2.0**-100
     return checked, BetaHints(exact, bool(moderate), tiny)
+
+
+# accuracy= -----------------------------------------------------------------
+
+#: What `accuracy=` takes (as `jax.lax`'s unary functions do).
+Accuracy = jax.lax.AccuracyMode | jax.lax.Tolerance | None
+
+# The evaluations `accuracy` chooses between, and the bound each is proven to
+# (docs/accuracy.md), in ulps of the exact value: "highest" is correctly
+# rounded (half an ulp) for float32, bfloat16 and float16; float64 (and
+# float8/float4, computed in float32) data take the default evaluation at
+# either setting.
+_EVALUATIONS = ("default", "highest")
+_BOUNDS = {
+    _F32: {"default": 2.5, "highest": 0.5},
+    jnp.dtype(jnp.bfloat16): {"default": 1.5, "highest": 0.5},
+    jnp.dtype(jnp.float16): {"default": 1.5, "highest": 0.5},
+    _F64: {"default": 1.0},
+}
+HIGHEST_DTYPES = frozenset((_F32, *_HALF))
+
+
+def check_accuracy(value: Any, data_dtype: Any) -> str | None:
+    """`accuracy` as the primitive's parameter: None for the default
+    evaluation, "highest" for the correctly rounded one.
+
+    None and `lax.AccuracyMode.DEFAULT` are the default; `HIGHEST` is the
+    correctly rounded evaluation where the data dtype has one (float32,
+    bfloat16, float16), the default elsewhere (float64: within 1 ulp); a
+    `lax.Tolerance` is the cheapest evaluation whose bound meets it.
+    """
+    if value is None:
+        return None
+    mode = jax.lax.AccuracyMode
+    dtype = np.dtype(data_dtype)
+    if isinstance(value, mode):
+        if value == mode.HIGHEST and dtype in HIGHEST_DTYPES:
+            return "highest"
+        return None
+    if isinstance(value, jax.lax.Tolerance):
+        return _meeting(value, dtype)
+    raise TypeError(
+        "accuracy must be None, jax.lax.AccuracyMode.DEFAULT or "
+        "jax.lax.AccuracyMode.HIGHEST, or a jax.lax.Tolerance, got "
+        f"{type(value).__name__} {value!r:.60}."
+    )
+
+
+def _meeting(tolerance: Any, dtype: np.dtype) -> str | None:
+    """The cheapest evaluation whose bound meets `tolerance` for `dtype`."""
+    # float8 and float4 (softplus computes them in float32 and rounds once):
+    # within 1.5 ulp of their own.
+    bounds = _BOUNDS.get(dtype, {"default": 1.5})
+    eps = float(jnp.finfo(dtype).eps)  # an ulp is at most eps relative
+    ulps, rtol = float(tolerance.ulps), float(tolerance.rtol)
+    if ulps == 0 and rtol == 0:
+        raise ValueError(
+            f"accuracy={_shown(tolerance)}: an atol alone cannot be met, the "
+            "ops' errors are relative to their results; give ulps or rtol."
+        )
+    for name in _EVALUATIONS:
+        bound = bounds.get(name)
+        if bound is None:
+            continue
+        if (ulps and bound <= ulps) or (rtol and bound * eps <= rtol):
+            return "highest" if name == "highest" else None
+    offered = ", ".join(
+        f"{name} ({bound:g} ulp, rtol {bound * eps:.3g})"
+        for name, bound in bounds.items()
+    )
+    raise ValueError(
+        f"accuracy={_shown(tolerance)}: no evaluation of {dtype.name} data is "
+        f"that accurate; available: {offered}."
+    )
+
+
+def _shown(tolerance: Any) -> str:
+    return (
+        f"Tolerance(atol={tolerance.atol!r}, rtol={tolerance.rtol!r}, "
+        f"ulps={tolerance.ulps!r})"
+    )

@@ -314,6 +314,331 @@ def random_betas(count, n=1 << 20, seed=5):
     return worst
 
 
+# accuracy=HIGHEST: correct rounding, decided exactly -------------------------
+
+HIGHEST = jax.lax.AccuracyMode.HIGHEST
+HIGHEST_QUANTITIES = (
+    "softplus_backward",
+    "softplus_backward, diff_dst near a midpoint",
+    "softplus",
+)
+_HALF = {"bfloat16": (jnp.bfloat16, 8), "float16": (jnp.float16, 11)}
+
+
+@jax.jit
+def _highest(src, dd, beta):
+    return (
+        softplus_backward(src, dd, beta, accuracy=HIGHEST),
+        softplus(src, beta, accuracy=HIGHEST),
+    )
+
+
+def round_to(v, bits):
+    """float64 v rounded to `bits` significant bits, to nearest even (NumPy,
+    from the bits: no double rounding), as float64; inf and NaN kept."""
+    v = np.asarray(v, np.float64)
+    drop = 53 - bits
+    u = np.abs(v).view(np.int64)
+    half = np.int64(1 << (drop - 1))
+    odd = (u >> drop) & 1
+    r = (u + half - 1 + odd) & np.int64(~((1 << drop) - 1))
+    out = np.copysign(r.view(np.float64), v)
+    return np.where(np.isfinite(v), out, v)
+
+
+def _decide(approx, error, bits):
+    """(verdict, open): `approx` (float64, within `error` relative of the
+    exact value) rounded to `bits` bits where approx (1 +- error) round
+    alike (rounding is monotone: then the exact value, which lies between
+    them, rounds so too), and the indices where they do not."""
+    with np.errstate(all="ignore"):
+        up = round_to(approx * (1 + error), bits)
+        down = round_to(approx * (1 - error), bits)
+    return up, np.flatnonzero((up != down) & np.isfinite(approx))
+
+
+def _float64_references(src, dd, beta):
+    """(backward, softplus) in float64 from float32 inputs (a subnormal one
+    is 0, as XLA:CPU reads it): t = beta src is exact, and NumPy's exp and
+    log1p (within an ulp) and three or four roundings leave them within
+    2**-50 of the exact values."""
+    b64 = np.float64(np.float32(beta))
+    s = np.where(np.abs(src) < _TINY, 0.0, src.astype(np.float64))
+    d = np.where(np.abs(dd) < _TINY, 0.0, dd.astype(np.float64))
+    with np.errstate(all="ignore"):
+        t = b64 * s
+        e = np.exp(-np.abs(t))
+        sig = np.where(t >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+        fwd = np.log1p(e) / b64
+        return d * sig, np.where(t > 0, s + fwd, fwd), s, d, b64
+
+
+def _long_double(s, d, b64, op):
+    """The same in long double (x87's 64-bit significand: about 2**-61)."""
+    ld = np.longdouble
+    with np.errstate(all="ignore"):
+        t = ld(b64) * s.astype(ld)
+        if op == "backward":
+            return d.astype(ld) / (ld(1) + np.exp(-t))
+        v = np.log1p(np.exp(-np.abs(t))) / ld(b64)
+        return np.where(t > 0, s.astype(ld) + v, v)
+
+
+def _mp_rounded(s, d, b64, op, bits):
+    """mpmath's value at 80 digits, rounded to `bits` bits (ties to even)."""
+    import mpmath
+
+    out = np.empty(s.size)
+    with mpmath.workdps(80):
+        b = mpmath.mpf(float(b64))
+        for k in range(s.size):
+            x = mpmath.mpf(float(s[k]))
+            t = b * x
+            if op == "backward":
+                v = mpmath.mpf(float(d[k])) / (1 + mpmath.exp(-t))
+            else:
+                v = mpmath.log1p(mpmath.exp(-abs(t))) / b + (x if t > 0 else 0)
+            if v == 0 or not mpmath.isfinite(v):
+                out[k] = float(v)
+                continue
+            top = int(mpmath.floor(mpmath.log(abs(v), 2)))
+            unit = mpmath.mpf(2) ** (top - bits + 1)
+            q = v / unit
+            n = int(mpmath.floor(q))
+            frac = q - n
+            if frac > 0.5 or (frac == 0.5 and n % 2):
+                n += 1
+            out[k] = float(n * unit)
+    return out
+
+
+def correctly_rounded(src, dd, beta, bits):
+    """{op: (values, levels)}: softplus_backward ("backward") and softplus
+    ("forward") of float32 inputs correctly rounded to `bits` bits (as
+    float64), decided in float64 (2**-48 of room), in long double where
+    that cannot (2**-50 of room: its own error is 2**-61, and the float64
+    ends of the interval move by 2**-53 at most), and in mpmath where
+    neither can; levels counts the elements that each of the last two
+    decided."""
+    bwd, fwd, s, d, b64 = _float64_references(src, dd, beta)
+    out = {}
+    for op, approx in (("backward", bwd), ("forward", fwd)):
+        verdict, open_ = _decide(approx, 2.0**-48, bits)
+        levels = {"long double": int(open_.size), "mpmath": 0}
+        if open_.size:
+            ld = _long_double(s[open_], d[open_], b64, op)
+            with np.errstate(all="ignore"):
+                room = np.longdouble(2.0**-50)
+                ends = [np.float64(ld * (1 + room)), np.float64(ld * (1 - room))]
+            again = round_to(ends[0], bits)
+            hard = np.flatnonzero(again != round_to(ends[1], bits))
+            if hard.size:
+                levels["mpmath"] = int(hard.size)
+                idx = open_[hard]
+                again[hard] = _mp_rounded(s[idx], d[idx], b64, op, bits)
+            verdict[open_] = again
+        out[op] = (verdict, levels)
+    return out
+
+
+def near_midpoint_diff_dst(beta, n, rng, bits=24):
+    """(src, diff_dst) pairs whose exact softplus_backward lies within
+    2**-46 (relative) of a rounding midpoint of a `bits`-bit result, from `n`
+    random t: with R = s(t) 2**w in [1, 4), a continued-fraction convergent
+    p / q of R with p odd in [2**bits, 2**(bits + 1)) (a midpoint's
+    significand) and q below 2**bits (diff_dst's) gives diff_dst = q 2**j
+    and diff_dst s(t) = (p + (R q - p)) 2**(j + e - w), as close to the
+    midpoint p 2**(j + e - w) as |R q - p| / p, which is small whenever the
+    next partial quotient is large. The float64 evaluation cannot round
+    most of these: they take the double-double step."""
+    import mpmath
+
+    b = np.float64(np.float32(beta))
+    srcs, dds = [], []
+    with mpmath.workdps(60):
+        for _ in range(n):
+            x = np.float32(rng.uniform(-30.0, 30.0) / b)
+            sig = 1 / (1 + mpmath.exp(-mpmath.mpf(float(b)) * mpmath.mpf(float(x))))
+            e = int(mpmath.floor(mpmath.log(sig, 2)))
+            for w in (0, 1):
+                r = sig * mpmath.mpf(2) ** (w - e)
+                for p_, q_ in _convergents(r, 1 << bits):
+                    if not (p_ % 2 and (1 << bits) <= p_ < (1 << (bits + 1))):
+                        continue
+                    if abs(r * q_ - p_) / p_ < mpmath.mpf(2) ** -46:
+                        dd = np.float32(q_ * 2.0 ** int(rng.integers(-40, 40)))
+                        srcs.append(x)
+                        dds.append(dd * np.float32(rng.choice([-1, 1])))
+    return np.array(srcs, np.float32), np.array(dds, np.float32)
+
+
+def _convergents(r, limit):
+    """The continued-fraction convergents p / q of r with q < limit."""
+    import mpmath
+
+    h0, h1, k0, k1 = 0, 1, 1, 0
+    x = r
+    while True:
+        a = int(mpmath.floor(x))
+        h0, h1 = h1, a * h1 + h0
+        k0, k1 = k1, a * k1 + k0
+        if k1 >= limit:
+            return
+        yield h1, k1
+        frac = x - a
+        if frac == 0:
+            return
+        x = 1 / frac
+
+
+def run_highest(betas=BETAS, stride=1, chunk=1 << 20, near=2000, seed=0, log=None):
+    """{(quantity, beta): HighestCell}: float32 softplus_backward (diff_dst
+    random over binades) and softplus at HIGHEST on every stride-th bit
+    pattern of src, softplus_backward with diff_dst near a midpoint at
+    `near` random t per beta (`near_midpoint_diff_dst`), and every
+    bfloat16 / float16 bit pattern of src for both ops; counted: results
+    whose exact value is normal and that differ from its correct rounding."""
+    cells: dict = {}
+
+    def cell(q, beta):
+        return cells.setdefault((q, beta), HighestCell(q, beta))
+
+    def check(names, got, src, dd, beta, bits, tiny=_TINY, top=_MAX):
+        want = correctly_rounded(
+            src.astype(np.float32), dd.astype(np.float32), beta, bits
+        )
+        for name, g, op in zip(names, got, ("backward", "forward"), strict=False):
+            if name is not None:
+                values, levels = want[op]
+                wanted = dd if op == "backward" else None
+                got64 = np.asarray(g, np.float64)
+                _count(cell(name, beta), got64, values, src, wanted, levels, tiny, top)
+
+    total = 1 << 32
+    starts = list(range(0, total, chunk * stride))
+    started = time.perf_counter()
+    for i, start in enumerate(starts):
+        src = bit_patterns(start, min(start + chunk * stride, total), stride)
+        if not src.size:
+            continue
+        dd = diff_dst_for(src.size, i)
+        for beta in betas:
+            got = _highest(src, dd, np.float32(beta))
+            check(("softplus_backward", "softplus"), got, src, dd, beta, 24)
+        if log:
+            done = (i + 1) / len(starts)
+            spent = time.perf_counter() - started
+            log(f"{done:6.1%} of the bit patterns, {spent / done - spent:6.0f} s left")
+    rng = np.random.default_rng(seed)
+    for beta in betas:
+        src, dd = near_midpoint_diff_dst(beta, near, rng)
+        got = _highest(src, dd, np.float32(beta))
+        check((HIGHEST_QUANTITIES[1], None), got, src, dd, beta, 24)
+        if log:
+            log(f"near midpoints, beta {beta:g}: {src.size} inputs")
+    bits16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    for name, (dtype, bits) in _HALF.items():
+        src = bits16.view(dtype)
+        src = src[np.isfinite(src.astype(np.float32))]
+        dd = diff_dst_for(src.size, 7)
+        if dtype == jnp.float16:
+            dd = np.clip(dd, -65504, 65504)
+        dd = dd.astype(dtype)
+        info = jnp.finfo(dtype)
+        for beta in betas:
+            got = _highest(src, dd, np.float32(beta))
+            names = (f"softplus_backward, {name}", f"softplus, {name}")
+            check(names, got, src, dd, beta, bits, float(info.tiny), float(info.max))
+    return cells
+
+
+def random_betas_highest(count, n=1 << 18, near=100, seed=11, log=None):
+    """{quantity: HighestCell} of accuracy=HIGHEST over `count` random betas
+    (log-uniform over the whole normal float32 range, either sign): per
+    beta, `n` random t over the core and the tails with diff_dst random over
+    binades, and `near` t with diff_dst near a midpoint
+    (`near_midpoint_diff_dst`)."""
+    rng = np.random.default_rng(seed)
+    cells = {q: HighestCell(q, float("nan")) for q in HIGHEST_QUANTITIES}
+    for k in range(count):
+        beta = float(
+            np.float32(np.exp(rng.uniform(np.log(_TINY), np.log(_MAX))))
+            * rng.choice([-1.0, 1.0])
+        )
+        t = np.concatenate(
+            [rng.uniform(-30, 30, n // 2), rng.uniform(-180, 90, n // 2)]
+        )
+        with np.errstate(over="ignore"):
+            src = (t / np.float64(np.float32(beta))).astype(np.float32)
+        keep = np.isfinite(src)
+        src = src[keep]
+        dd = diff_dst_for(src.size, k)
+        got = _highest(src, dd, np.float32(beta))
+        want = correctly_rounded(src, dd, beta, 24)
+        _count(cells["softplus_backward"], np.asarray(got[0], np.float64),
+               *want["backward"][:1], src, dd, want["backward"][1])  # fmt: skip
+        _count(cells["softplus"], np.asarray(got[1], np.float64),
+               *want["forward"][:1], src, None, want["forward"][1])  # fmt: skip
+        s2, d2 = near_midpoint_diff_dst(beta, near, rng)
+        if s2.size:
+            got = _highest(s2, d2, np.float32(beta))
+            want = correctly_rounded(s2, d2, beta, 24)
+            _count(cells[HIGHEST_QUANTITIES[1]], np.asarray(got[0], np.float64),
+                   want["backward"][0], s2, d2, want["backward"][1])  # fmt: skip
+        if log and (k + 1) % 20 == 0:
+            log(f"{k + 1}/{count} random betas")
+    return cells
+
+
+@dataclass
+class HighestCell:
+    quantity: str
+    beta: float
+    wrong: int = 0  # results not correctly rounded
+    count: int = 0  # results whose exact value is normal
+    long_double: int = 0  # elements the float64 reference left open
+    mpmath: int = 0  # ... and long double too
+    src: float = float("nan")  # the first wrong one
+    diff_dst: float = float("nan")
+    got: float = float("nan")
+    want: float = float("nan")
+
+
+def _count(cell, got, want, src, dd, levels, tiny=_TINY, top=_MAX):
+    normal = np.isfinite(want) & (np.abs(want) >= tiny) & (np.abs(want) <= top)
+    wrong = np.flatnonzero(normal & (got != want))
+    cell.count += int(np.count_nonzero(normal))
+    cell.long_double += levels["long double"]
+    cell.mpmath += levels["mpmath"]
+    if wrong.size and not cell.wrong:
+        k = wrong[0]
+        cell.src, cell.got, cell.want = float(src[k]), float(got[k]), float(want[k])
+        cell.diff_dst = float(dd[k]) if dd is not None else float("nan")
+    cell.wrong += int(wrong.size)
+
+
+def markdown_highest(cells, stride) -> str:
+    betas = list(dict.fromkeys(c.beta for c in cells.values()))
+    quantities = list(dict.fromkeys(c.quantity for c in cells.values()))
+    which = (
+        "every finite float32 src" if stride == 1 else f"every {stride}-th bit pattern"
+    )
+    out = [
+        "Results not correctly rounded at accuracy=HIGHEST, of those whose exact "
+        f"value is a normal number ({which}; every bfloat16 and float16 src; "
+        "diff_dst random over binades, or chosen so that the result lies "
+        "within about 2**-46 of a rounding midpoint):\n"
+    ]
+    heads = " | ".join(f"beta = {b:g}" for b in betas)
+    out.append(f"| quantity | {heads} | counted |")
+    out.append("|---|" + "---:|" * (len(betas) + 1))
+    for q in quantities:
+        row = [str(cells[(q, b)].wrong) for b in betas]
+        counted = sum(cells[(q, b)].count for b in betas)
+        out.append(f"| {q} | " + " | ".join(row) + f" | {counted:,} |")
+    return "\n".join(out) + "\n"
+
+
 def markdown(cells, stride) -> str:
     """One table: a row per quantity, a column per beta (max ulp)."""
     betas = list(dict.fromkeys(c.beta for c in cells.values()))
@@ -398,6 +723,43 @@ def write_tables(directory, cells, stride, seconds, m=None, commit=None):
         )
 
 
+def _log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def write_highest_tables(directory, cells, stride, seconds):
+    """exhaustive-highest.md and .json."""
+    os.makedirs(directory, exist_ok=True)
+    m = machine()
+    commit = _commit()
+    where = (
+        f"Measured on {machine_line(m)}, commit {commit}, in {seconds / 60:.0f} "
+        "minutes; written by `python maintainers/exhaustive.py --accuracy highest "
+        f"--tables {directory}`."
+    )
+    ld = sum(c.long_double for c in cells.values())
+    mp = sum(c.mpmath for c in cells.values())
+    how = (
+        f"\nThe reference rounded each exact value in float64 where that could "
+        f"decide, in long double for {ld:,} elements where it could not, and in "
+        f"mpmath for {mp:,} where neither could.\n"
+    )
+    with open(os.path.join(directory, "exhaustive-highest.md"), "w") as f:
+        f.write(where + "\n\n" + markdown_highest(cells, stride) + how)
+    with open(os.path.join(directory, "exhaustive-highest.json"), "w") as f:
+        json.dump(
+            {
+                "machine": m,
+                "commit": commit,
+                "stride": stride,
+                "seconds": seconds,
+                "cells": [asdict(c) for c in cells.values()],
+            },
+            f,
+            indent=1,
+        )
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/exhaustive.py", description=__doc__.splitlines()[0]
@@ -415,9 +777,44 @@ def main(argv=None):
         metavar="JSON",
         help="write the tables (--tables) again from a run's exhaustive.json",
     )
+    p.add_argument(
+        "--accuracy",
+        choices=("default", "highest"),
+        default="default",
+        help="highest: count the results of accuracy=HIGHEST that are not "
+        "correctly rounded (exhaustive-highest.md/.json)",
+    )
+    p.add_argument(
+        "--near",
+        type=int,
+        default=4000,
+        metavar="N",
+        help="with --accuracy highest: random t per beta for the diff_dst "
+        "chosen near a rounding midpoint",
+    )
     args = p.parse_args(argv)
     if args.stride < 1:
         p.error("--stride must be at least 1")
+    if args.accuracy == "highest" and args.random_betas:
+        started = time.perf_counter()
+        cells = random_betas_highest(args.random_betas, log=_log)
+        for c in cells.values():
+            print(
+                f"{c.quantity}, {args.random_betas} random betas: {c.wrong} of "
+                f"{c.count:,} not correctly rounded (long double for "
+                f"{c.long_double:,}, mpmath for {c.mpmath:,})"
+            )
+        print(f"{(time.perf_counter() - started) / 60:.1f} min on {machine_line()}")
+        return
+    if args.accuracy == "highest":
+        started = time.perf_counter()
+        cells = run_highest(stride=args.stride, near=args.near, log=_log)
+        seconds = time.perf_counter() - started
+        print(markdown_highest(cells, args.stride))
+        if args.tables:
+            write_highest_tables(args.tables, cells, args.stride, seconds)
+            print(f"tables written to {args.tables}")
+        return
     if args.random_betas:
         for route, (err, beta, src) in random_betas(args.random_betas).items():
             print(
@@ -440,11 +837,8 @@ def main(argv=None):
         print(markdown(cells, data["stride"]))
         return
 
-    def log(msg):
-        print(msg, file=sys.stderr, flush=True)
-
     started = time.perf_counter()
-    cells = run(stride=args.stride, log=log)
+    cells = run(stride=args.stride, log=_log)
     cells.update(adversarial())
     seconds = time.perf_counter() - started
     print(markdown(cells, args.stride))

@@ -190,3 +190,35 @@ def test_the_float64_section_times_float64_with_x64_on_only_there(tmp_path):
         bench.bench_user_jit(1024, "f64", 1.7, 1, lambda i: None)
     summary = (tmp_path / "bench-summary.md").read_text()
     assert "f64 1.7" in summary and "f64 2K" in summary
+
+
+def test_the_highest_section_times_highest_beside_default_and_naive(tmp_path, capsys):
+    bench.main(
+        ["--sizes", "", "--dtypes", "f32,bf16", "--repeats", "2", "--no-torch",
+         "--highest", "4K", "--tables", str(tmp_path)]
+    )  # fmt: skip
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    modes = {r["mode"] for r in rows}
+    assert modes == {
+        "highest, your jit donated",
+        "highest, your jit fresh",
+        "highest, softplus fresh",
+    }
+    methods = {r["method"] for r in rows}
+    assert {"jax_softplus", "jax_softplus, HIGHEST", "naive XLA"} <= methods
+    table = (tmp_path / "bench-highest.md").read_text()
+    assert table.startswith("Measured on ")
+    assert "| your jit donated | f32 | 4K |" in table
+    assert "| softplus fresh | bf16 | 4K |" in table
+    assert "HIGHEST in a user's jit" in capsys.readouterr().out
+
+
+def test_quick_mode_is_a_first_look(monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench, "bench_backward", lambda *a, **k: seen.append(a) or [])
+    monkeypatch.setattr(bench, "bench_user_jit", lambda *a, **k: seen.append(a) or [])
+    bench.main(["--quick"])
+    assert [(n, dt) for n, dt, *_ in seen] == [(1 << 20, "f32")] * 4
+    seen.clear()
+    bench.main(["--quick", "--dtypes", "bf16", "--betas", "1.0"])
+    assert [(n, dt) for n, dt, *_ in seen] == [(1 << 20, "bf16")] * 2

@@ -126,10 +126,27 @@ def test_the_backward_ops_do_not_promote():
         softplus_backward_inplace(jnp.ones(3), jnp.arange(3))
 
 
-@pytest.mark.parametrize("value", [1j, jnp.ones(2, jnp.complex64)], ids=["py", "c64"])
-def test_complex_is_a_type_error(value):
-    with pytest.raises(TypeError, match="x must be real"):
-        softplus(value)
+@pytest.mark.parametrize(
+    "value",
+    [1j, -3 + 0.5j, jnp.array([1 + 2j, -3 + 0.5j, 40 - 3j], jnp.complex64)],
+    ids=["py", "py2", "c64"],
+)
+def test_complex_is_jax_nn_softplus(value):
+    # jax.nn.softplus takes complex x (jnp.logaddexp(x, 0)); so does ours,
+    # with its bits, weak type, derivative, and beta.
+    got, want = softplus(value), jax.nn.softplus(value)
+    assert got.dtype == want.dtype and got.weak_type == want.weak_type
+    np.testing.assert_array_equal(got, want)
+    z = jnp.asarray(value)
+    np.testing.assert_array_equal(jax.jit(softplus)(z), jax.nn.softplus(z))
+    np.testing.assert_allclose(
+        softplus(z, 2.0), jnp.logaddexp(2.0 * z, 0) / 2.0, rtol=1e-6
+    )
+    grad = jax.grad(lambda v: softplus(v, 1.5).real.sum())(z)
+    ref = jax.grad(lambda v: (jnp.logaddexp(1.5 * v, 0) / 1.5).real.sum())(z)
+    np.testing.assert_allclose(grad, ref, rtol=1e-6)
+    with pytest.raises(ValueError, match="complex x .* has one evaluation"):
+        softplus(z, accuracy=jax.lax.AccuracyMode.HIGHEST)
 
 
 @forward_mode

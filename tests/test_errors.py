@@ -98,12 +98,6 @@ def test_subnormal_beta_is_flushed_to_zero():
 
 
 def test_softplus_errors():
-    with pytest.raises(
-        TypeError, match="x must be real, got ArrayImpl of dtype complex64"
-    ):
-        softplus(jnp.ones(3, jnp.complex64))
-    with pytest.raises(TypeError, match="x must be real"):
-        softplus(1j)
     with pytest.raises(TypeError, match="x has dtype <U1; softplus accepts"):
         softplus(np.array(["a"]))
     with pytest.raises(ValueError, match="beta must be finite"):
@@ -115,8 +109,8 @@ def test_errors_are_the_same_under_vmap_and_grad():
         jax.vmap(softplus_backward)(X.astype(jnp.float16), X)
     with pytest.raises(ValueError, match="beta must be finite"):
         jax.grad(lambda x: softplus_backward(x, x, float("inf")).sum())(X)
-    with pytest.raises(TypeError, match="x must be real"):
-        jax.grad(lambda x: softplus(x.astype(jnp.complex64)).real.sum())(X)
+    with pytest.raises(ValueError, match="beta must be finite"):
+        jax.vmap(lambda x: softplus(x, float("nan")))(X)
 
 
 def test_float64_without_x64_is_canonicalised_like_jax():

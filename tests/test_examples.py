@@ -1,6 +1,8 @@
 """The examples run, in quick mode, so that they cannot rot."""
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -19,6 +21,9 @@ def standard_promotion():
 
 
 def _load(name):
+    # As when run as a script: the examples' own helpers import from beside it.
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -109,3 +114,33 @@ def test_a_sharded_example_run_bare_asks_for_host_devices_and_says_so(monkeypatc
         env=env,
     ).stdout
     assert "asked XLA for 8" in out and "8 devices" in out
+
+
+@pytest.mark.parametrize(
+    "name, missing",
+    [("train_mlp", "optax"), ("train_mlp", "flax"), ("per_example_grads", "optax")],
+)
+def test_a_missing_package_names_the_extra_that_installs_it(name, missing):
+    # Without the examples' packages, train_mlp.py died with a bare
+    # ModuleNotFoundError: No module named 'optax'.
+    blocker = (
+        "import sys, runpy; "
+        f"sys.modules[{missing!r}] = None; "
+        f"sys.argv = [{str(EXAMPLES / (name + '.py'))!r}, '--quick']; "
+        f"runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    env_path = str(EXAMPLES)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {env_path!r}); {blocker}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stderr
+    assert f"needs {missing}" in out.stderr
+    assert 'pip install -e ".[examples]"' in out.stderr
+    assert "Traceback" not in out.stderr

@@ -77,3 +77,28 @@ def test_softplus_between_the_tables_betas_stays_within_its_bound():
     for err, beta, src in worst.values():
         assert 0.5 < err <= BOUNDS["softplus"]
         assert np.isfinite(beta) and np.isfinite(src)
+
+
+def test_highest_is_correctly_rounded_on_a_stride(tmp_path):
+    # The same run as the docs' exhaustive-highest table (every finite src
+    # at eleven betas), on every 2**15-th bit pattern at four of them, with
+    # diff_dst near rounding midpoints, and every bfloat16/float16 src.
+    betas = (1.0, -2.5, 1e-3, 3e30)
+    cells = exhaustive.run_highest(betas=betas, stride=1 << 15, near=60)
+    assert {q for q, _ in cells} == set(exhaustive.HIGHEST_QUANTITIES) | {
+        f"{op}, {half}"
+        for op in ("softplus_backward", "softplus")
+        for half in ("bfloat16", "float16")
+    }
+    for cell in cells.values():
+        assert cell.wrong == 0, cell
+        assert cell.count > 0, cell
+    near = [c for (q, _), c in cells.items() if q == exhaustive.HIGHEST_QUANTITIES[1]]
+    assert sum(c.count for c in near) > 40
+    assert sum(c.long_double for c in near) > 20  # float64 could not decide
+    exhaustive.write_highest_tables(tmp_path, cells, 1 << 15, 1.0)
+    text = (tmp_path / "exhaustive-highest.md").read_text()
+    assert (
+        text.startswith("Measured on ")
+        and "| softplus_backward | 0 | 0 | 0 | 0 |" in text
+    )

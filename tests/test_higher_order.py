@@ -2,9 +2,9 @@
 
 Per element, float32 and float64, betas log-uniform over [1e-5, 1e5] of
 either sign, t = beta * x over the range where each quantity is normal,
-diff_dst log-uniform up to 3e38. Orders 1 and 2 are bounded in ulps
-(`ULPS`: 4 and 4.5 in float32, 4.5 and 6 in float64), orders 3 and 4 by
-1e-5 relative (and finite wherever the exact value is).
+diff_dst log-uniform up to 3e38. Orders 1 and 2 are held in ulps to the
+level each evaluation reaches (`level`), orders 3 and 4 to 1e-5 relative
+(and finite wherever the exact value is).
 
 The error is measured against the exact value, except where a derivative
 has a zero of its own between its terms (d2 softplus_backward / d src
@@ -39,14 +39,25 @@ SETTINGS = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-# Orders 1 and 2, in ulps (docs/accuracy.md): float32 derivatives are
-# evaluated in float64 on a CPU and rounded once, but for the first
-# derivatives that are the backward kernel itself (d softplus / dx,
-# d softplus_backward / d diff_dst: its 2 ulp).
-ULPS = {np.dtype(np.float32): {1: 2.0, 2: 1.0}, np.dtype(np.float64): {1: 4.0, 2: 5.0}}
-# The evaluation other platforms lower (float32 compute in float32, its
-# exponents carried apart: `_families`), measured here on the CPU.
-OTHER_PLATFORMS_ULPS = {1: 4.5, 2: 4.5}
+# Orders 1 and 2, in ulps, held to the level each evaluation reaches (the
+# docs' bounds are looser: docs/accuracy.md). float32 derivatives are
+# evaluated in float64 on CPUs and GPUs and rounded once (half an ulp, up
+# to the float64 evaluation's 2**-35), but for the first derivatives that
+# are the backward kernel itself (d softplus / dx, d softplus_backward /
+# d diff_dst: its 2 ulp); on TPUs in float32 double words (1.31 ulp at worst
+# in the accuracy tool's search); float64 derivatives in float64 double
+# words everywhere (0.79).
+KERNEL = ("softplus d100", "backward d001")
+
+
+def level(name, dtype, platform="cpu"):
+    if name in KERNEL:
+        return 2.0
+    if np.dtype(dtype) == np.float64:
+        return 1.0
+    return 1.5 if platform == "tpu" else 0.51
+
+
 RELATIVE = 1e-5
 DTYPES = (np.float32, np.float64)
 
@@ -174,29 +185,29 @@ def test_first_and_second_derivatives_within_their_bounds(x64, route, dtype, dra
     for name, (where, err) in zip(
         names, _measure(route, names, dtype, drawn), strict=True
     ):
-        bound = ULPS[np.dtype(dtype)][sum(QUANTITIES[name][1])]
+        bound = level(name, dtype)
         assert _worst(err) <= bound, f"{_worst(err)} ulps: {where}"
 
 
 @pytest.fixture(params=("tpu", "cuda"))
-def other_platforms_lowering(request):
+def other_platform(request):
     """Another platform's lowering on the CPU during one test
     (`jax_softplus.testing.lowered_as`)."""
     with lowered_as(request.param):
-        yield
+        yield request.param
 
 
 @pytest.mark.parametrize("route", ("grad", "hessian"))
 @SETTINGS
 @given(drawn=_DRAWN)
 def test_the_other_platforms_float32_evaluation_within_its_bounds(
-    other_platforms_lowering, route, drawn
+    other_platform, route, drawn
 ):
     names = _SECOND + (_FIRST if route == "grad" else ())
     for name, (where, err) in zip(
         names, _measure(route, names, np.float32, drawn), strict=True
     ):
-        bound = OTHER_PLATFORMS_ULPS[sum(QUANTITIES[name][1])]
+        bound = level(name, np.float32, other_platform)
         assert _worst(err) <= bound, f"{_worst(err)} ulps: {where}"
 
 

@@ -17,10 +17,12 @@ suite measures against.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -29,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
+from jax_softplus.testing import lowered_as
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as derivatives
 from jax_softplus.tools import _search
@@ -142,6 +145,9 @@ class Result:
     count: int
     # Where the maximum occurs ("" where the cell is a plain sample).
     worst: str = ""
+    # The platform whose lowering jax_softplus was run with (the anchors
+    # run as users would run them, on this CPU).
+    platform: str = "cpu"
 
 
 # float64: regions of t where each kernel's arithmetic differs, and
@@ -189,11 +195,12 @@ def _inputs_f64(n, op, beta, region, rng):
     return src, dd
 
 
-def _measure_f64(n, op, beta, region, impls, rng, refine=True):
+def _measure_f64(n, op, beta, region, impls, rng, cache, key, refine=True):
     """The float64 cell: each implementation against mpmath on the
     concentrated sample; for jax_softplus also the local search from the
-    worst points (`_search.refine`), whose maximum is the cell's."""
-    src, dd = _inputs_f64(n, op, beta, region, rng)
+    worst points (`_search.refine`), whose maximum is the cell's. The
+    sample and its reference are kept in `cache` under `key` for the other
+    platforms' passes."""
     dtype = np.float64
 
     def exact(s, d):
@@ -203,7 +210,10 @@ def _measure_f64(n, op, beta, region, impls, rng, refine=True):
         args = (s, d, beta) if op == "backward" else (s, beta)
         return np.asarray(f(*(jnp.asarray(a) for a in args[:-1]), beta))
 
-    ref = exact(src, dd)
+    if key not in cache:
+        src, dd = _inputs_f64(n, op, beta, region, rng)
+        cache[key] = (src, dd, exact(src, dd))
+    src, dd, ref = cache[key]
     out = []
     for name, f in impls.items():
         err = references.derivative_error(
@@ -213,7 +223,7 @@ def _measure_f64(n, op, beta, region, impls, rng, refine=True):
             continue
         worst = ""
         top = float(np.max(err))
-        if refine and name == OURS:
+        if refine and name.startswith(OURS):
 
             def errors(inputs, f=f):
                 s, d = inputs["src"], inputs["dd"]
@@ -238,6 +248,64 @@ def _measure_f64(n, op, beta, region, impls, rng, refine=True):
 
 
 OURS = "jax_softplus"
+# The platforms whose evaluation the tool runs here (`jax_softplus.testing`):
+# ROCm's lowering is CUDA's.
+PLATFORMS = ("cpu", "cuda", "tpu")
+_PLATFORM_NAMES = {"cpu": "CPU", "cuda": "CUDA/ROCm", "tpu": "TPU"}
+
+
+def ours(platform):
+    """jax_softplus's column for a platform's evaluation."""
+    if platform == "cpu":
+        return OURS
+    if platform.startswith("native:"):
+        return f"{OURS}, on the {platform.partition(':')[2].upper()}"
+    return f"{OURS}, {_PLATFORM_NAMES[platform]} lowering"
+
+
+def _platform_name(platform):
+    if platform.startswith("native:"):
+        return f"{platform.partition(':')[2].upper()} (native)"
+    return _PLATFORM_NAMES[platform]
+
+
+def native_platforms():
+    """Where the default backend is not a CPU (the tool run on a GPU or a
+    TPU), jax_softplus runs there, lowered as that platform lowers it:
+    ("native:<backend>",); else None."""
+    backend = jax.default_backend()
+    return None if backend == "cpu" else (f"native:{backend}",)
+
+
+def _columns(impls):
+    """The implementations in a table's order: jax_softplus's columns
+    first, then the anchors, each as first met."""
+    seen = list(dict.fromkeys(impls))
+    return [i for i in seen if i.startswith(OURS)] + [
+        i for i in seen if not i.startswith(OURS)
+    ]
+
+
+HIGHEST = jax.lax.AccuracyMode.HIGHEST
+
+
+def _with_anchors(platform):
+    """Whether the anchors run beside jax_softplus in a platform's pass (once:
+    on this CPU, or natively on the default backend)."""
+    return platform == "cpu" or platform.startswith("native:")
+
+
+def _lowering(platform):
+    """The context in which jax_softplus runs with `platform`'s lowering."""
+    if platform.startswith("native:"):
+        return contextlib.nullcontext()
+    return lowered_as(platform)
+
+
+def _cell_rng(seed, *key):
+    """A generator for one cell, the same for every platform's pass: the
+    same inputs, so that one reference serves them all."""
+    return np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
 
 
 def measure(
@@ -247,39 +315,87 @@ def measure(
     seed=0,
     log=None,
     n64=100_000,
+    platforms=("cpu",),
 ):
     """The value cells: per dtype, beta and region, each implementation's
     max and mean error in ulps. `n` points per float32/bfloat16/float16
     cell (a uniform sample against float64 NumPy), `n64` per float64 cell
     (against mpmath, concentrated near the switch points, with the local
     search). `betas` None: `BETAS`, and for float64 `EXTREME_BETAS_F64` too.
+    jax_softplus runs with each platform's lowering in `platforms`, on the
+    same inputs (a platform "native:<backend>" is the default backend's own,
+    on a machine whose default backend is not the CPU); the anchors with the
+    first platform's.
     """
-    rng = np.random.default_rng(seed)
     results = []
+    cache: dict = {}
     for dt in dtypes:
         chosen = betas
         if chosen is None:
             chosen = BETAS + (EXTREME_BETAS_F64 if dt == "f64" else ())
         count = n64 if dt == "f64" else n
         with x64(dt == "f64"):
-            results += _measure_dtype(count, dt, chosen, rng, log)
+            for platform in platforms:
+                with _lowering(platform):
+                    results += _measure_dtype(
+                        count, dt, chosen, seed, log, platform, cache
+                    )
     return results
 
 
-def _measure_dtype(n, dt, betas, rng, log):
+def value_cells(dtypes, betas):
+    """How many value cells `measure` runs per platform (for progress)."""
+    total = 0
+    for dt in dtypes:
+        chosen = betas or BETAS + (EXTREME_BETAS_F64 if dt == "f64" else ())
+        total += len(chosen) * sum(len(_regions_for(op, dt)) for op in _OPS)
+    return total
+
+
+_OPS = ("backward", "forward")
+
+
+def _measure_dtype(n, dt, betas, seed, log, platform, cache):
     dtype = DTYPES[dt]
-    impls = {"backward": _backward_impls(dtype), "forward": _forward_impls(dtype)}
+    if _with_anchors(platform):
+        impls = {
+            op: {ours(platform) if k == OURS else k: f for k, f in fs.items()}
+            for op, fs in (
+                ("backward", _backward_impls(dtype)),
+                ("forward", _forward_impls(dtype)),
+            )
+        }
+    else:
+        name = ours(platform)
+        impls = {
+            "backward": {name: jax.jit(softplus_backward)},
+            "forward": {name: jax.jit(softplus)},
+        }
+    if dt != "f64" and platform != "tpu":  # TPUs have no HIGHEST (no float64)
+        name = f"{ours(platform)}, HIGHEST"
+        impls["backward"][name] = jax.jit(
+            lambda s, d, b: softplus_backward(s, d, b, accuracy=HIGHEST)
+        )
+        impls["forward"][name] = jax.jit(lambda x, b: softplus(x, b, accuracy=HIGHEST))
     results = []
     for beta in betas:
-        for op in ("backward", "forward"):
+        for op in _OPS:
             for region in _regions_for(op, dt):
                 if log:
-                    log(f"{op} {dt} beta={beta} {region.name}")
+                    log(
+                        f"values {platform} {op} {dt} beta={beta} {region.name}",
+                        kind=("values", "f64" if dt == "f64" else "f32"),
+                    )
+                rng = _cell_rng(seed, dt, beta, op, region.name)
+                key = (dt, beta, op, region.name)
                 if dt == "f64":
-                    rows = _measure_f64(n, op, beta, region, impls[op], rng)
+                    rows = _measure_f64(n, op, beta, region, impls[op], rng, cache, key)
                 else:
                     rows = _measure_sample(n, op, beta, dtype, region, impls[op], rng)
-                results += [Result(op, dt, beta, region.name, *row) for row in rows]
+                results += [
+                    Result(op, dt, beta, region.name, *row, platform=platform)
+                    for row in rows
+                ]
     return results
 
 
@@ -367,8 +483,28 @@ DERIVATIVES = (
     ("d4 softplus/dbeta4", "softplus", (0, 4, 0), "grad", _DD),
     ("d3 bwd/dbeta3", "backward", (0, 3, 0), "grad", _DD),
 )
-# log10 |beta|, both signs.
-BETA_RANGES = {"1e-5..0.1": (-5.0, -1.0), "0.1..10": (-1.0, 1.0), "10..1e5": (1.0, 5.0)}
+
+
+def _beta_ranges(dtype):
+    """{label: (log10 lo, log10 hi)} of |beta|, both signs taken: from the
+    dtype's smallest normal to its largest, the middle in decades."""
+    info = np.finfo(dtype)
+    tiny, top = float(info.tiny), float(info.max)
+    return {
+        f"{tiny:.2g}..1e-5": (float(np.log10(tiny)), -5.0),
+        "1e-5..0.1": (-5.0, -1.0),
+        "0.1..10": (-1.0, 1.0),
+        "10..1e5": (1.0, 5.0),
+        f"1e5..{top:.2g}": (5.0, float(np.log10(top))),
+    }
+
+
+# The derivative cells' ranges of |beta|, per dtype: the whole normal range.
+BETA_RANGES = {"f32": _beta_ranges(np.float32), "f64": _beta_ranges(np.float64)}
+# |t| up to where a derivative can still be normal: a float32 diff_dst of
+# 3e38 times src**2 of 1e76 keeps s''(t) ~ e^-|t| normal to |t| = 350, and
+# the fourth order further (float64: 2,900).
+_SPAN = {np.dtype(np.float32): 400.0, np.dtype(np.float64): 3000.0}
 
 
 # What users would write instead, differentiated by JAX.
@@ -406,17 +542,22 @@ class DerivativeResult:
     unit: str
     count: int
     worst: str = ""  # where jax_softplus's maximum occurs
+    platform: str = "cpu"  # the lowering jax_softplus ran with
 
 
 def _derivative_inputs(n, log_range, dtype, dd_range, rng):
     """(x, beta, dd) per beta: 4 betas log-uniform over the range, either
-    sign; t = beta x half within [-30, 30], half over the normal range, each
-    with a share near the derivative families' switch points
-    (`_search.SWITCHES_DERIVATIVES`, both signs)."""
-    span = 180.0 if dtype == np.float32 else 740.0
+    sign; t = beta x half within [-30, 30], half out to where a derivative
+    can be normal (`_SPAN`), each with a share near the derivative
+    families' switch points (`_search.SWITCHES_DERIVATIVES`, both signs).
+    x and diff_dst are normal numbers (or x = 0): the CPU reads a
+    subnormal operand as 0."""
+    dtype = np.dtype(dtype)
+    span = _SPAN[dtype]
+    tiny = np.finfo(dtype).tiny
     points = [p for q in _search.SWITCHES_DERIVATIVES for p in (q, -q)]
     for _ in range(4):
-        b = dtype(10.0 ** rng.uniform(*log_range) * rng.choice([-1.0, 1.0]))
+        b = dtype.type(10.0 ** rng.uniform(*log_range) * rng.choice([-1.0, 1.0]))
         m = max(n // 4, 2)
         t = np.concatenate(
             [
@@ -425,71 +566,118 @@ def _derivative_inputs(n, log_range, dtype, dd_range, rng):
             ]
         )
         dd = 10.0 ** rng.uniform(*dd_range, m) * rng.choice([-1.0, 1.0], m)
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", under="ignore"):
             x = (t / np.float64(b)).astype(dtype)
-        yield x, b, dd.astype(dtype)
+            dd = dd.astype(dtype)
+        keep = np.isfinite(x) & ((np.abs(x) >= tiny) | (x == 0))
+        keep &= np.isfinite(dd) & (np.abs(dd) >= tiny)
+        yield x[keep], b, dd[keep]
 
 
 def measure_derivatives(
     n=10_000,
     n64=10_000,
     dtypes=("f32", "f64"),
-    betas=tuple(BETA_RANGES),
+    betas=None,
     seed=0,
     quantities=None,
     log=None,
+    platforms=("cpu",),
 ):
     """Per-element error of the derivatives in `DERIVATIVES` (or the labels
-    in `quantities`), per dtype and range of |beta|, against mpmath at 60
-    digits (`references.exact_derivatives`), for jax_softplus, the naive
-    formula differentiated by JAX and, where installed, PyTorch's autograd.
+    in `quantities`), per dtype and range of |beta| (`BETA_RANGES`, or the
+    labels in `betas`), against mpmath at 60 digits
+    (`references.exact_derivatives`), for jax_softplus with each platform's
+    lowering in `platforms`, and, on the CPU, for the naive formula
+    differentiated by JAX and, where installed, PyTorch's autograd.
 
     Orders 1 and 2 in ulps of the exact value (of the sum of its terms'
     magnitudes where the derivative has a zero of its own), orders 3 and 4
     as a relative error; only elements whose exact value is normal count.
-    `n` and `n64` points per cell (float32, float64); jax_softplus's
-    maximum is that of a local search from the cell's worst points too.
+    `n` and `n64` points per cell (float32, float64), the same for every
+    platform; jax_softplus's maximum is that of a local search from the
+    cell's worst points too.
     """
     rows = [d for d in DERIVATIVES if quantities is None or d[0] in quantities]
     torch = torch_or_none()
-    rng = np.random.default_rng(seed)
     results = []
+    cache: dict = {}
     for dt in dtypes:
         dtype = {"f32": np.float32, "f64": np.float64}[dt]
-        for label in betas:
-            for dd_range in dict.fromkeys(d[4] for d in rows):
-                group = [d for d in rows if d[4] == dd_range]
-                if log:
-                    log(f"derivatives {dt} |beta| {label}")
-                with x64(dt == "f64"):
-                    results += _measure_group(
-                        group,
-                        dtype,
-                        dt,
-                        label,
-                        dd_range,
-                        n if dt == "f32" else n64,
-                        torch,
-                        rng,
-                    )
+        ranges = {
+            label: r
+            for label, r in BETA_RANGES[dt].items()
+            if betas is None or label in betas
+        }
+        with x64(dt == "f64"):
+            for platform in platforms:
+                with _lowering(platform):
+                    for label, log_range in ranges.items():
+                        for dd_range in dict.fromkeys(d[4] for d in rows):
+                            group = [d for d in rows if d[4] == dd_range]
+                            if log:
+                                big = dd_range == _HUGE_DD
+                                log(
+                                    f"derivatives {platform} {dt} |beta| {label}"
+                                    + (" (diff_dst >= 1e30)" if big else ""),
+                                    kind=("derivatives", dt),
+                                )
+                            key = (dt, label, dd_range)
+                            results += _measure_group(
+                                group,
+                                dtype,
+                                dt,
+                                label,
+                                log_range,
+                                dd_range,
+                                n if dt == "f32" else n64,
+                                torch if _with_anchors(platform) else None,
+                                _cell_rng(seed, *key),
+                                platform,
+                                cache.setdefault(key, {}),
+                            )
     return results
 
 
-def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
+def derivative_cells(dtypes, quantities=None, betas=None):
+    """How many derivative cells `measure_derivatives` runs per platform."""
+    rows = [d for d in DERIVATIVES if quantities is None or d[0] in quantities]
+    groups = len(dict.fromkeys(d[4] for d in rows))
+    total = 0
+    for dt in dtypes:
+        labels = [b for b in BETA_RANGES[dt] if betas is None or b in betas]
+        total += len(labels) * groups
+    return total
+
+
+def _measure_group(
+    group, dtype, dt, label, log_range, dd_range, n, torch, rng, platform, cache
+):
+    """One cell: the group's quantities at 4 betas of the range; the inputs
+    and their mpmath values are kept in `cache` for the other platforms."""
     errs: dict = {}
     worst: dict = {}  # (q, route) -> (error, x, beta, dd, errors) of ours
     specs = tuple((d[0], d[1], d[2]) for d in group)
-    for x, b, dd in _derivative_inputs(n, BETA_RANGES[label], dtype, dd_range, rng):
-        refs = references.exact_derivatives(
-            {q: (f, pqr) for q, f, pqr in specs}, x, b, dd
-        )
+    name = ours(platform)
+    if "inputs" not in cache:
+        cache["inputs"] = [
+            (
+                x,
+                b,
+                dd,
+                references.exact_derivatives(
+                    {q: (f, pqr) for q, f, pqr in specs}, x, b, dd
+                ),
+            )
+            for x, b, dd in _derivative_inputs(n, log_range, dtype, dd_range, rng)
+        ]
+    for x, b, dd, refs in cache["inputs"]:
         args = (jnp.asarray(x), jnp.asarray(b), jnp.asarray(dd))
         for route in dict.fromkeys(d[3] for d in group):
             names = tuple(s for s, d in zip(specs, group, strict=True) if d[3] == route)
-            impls = {
-                OURS: derivatives.compiled(route, names),
-                "naive formula": derivatives.compiled(route, names, _NAIVE),
-            }
+            impls = {name: derivatives.compiled(route, names)}
+            if _with_anchors(platform):
+                impls["naive formula"] = derivatives.compiled(route, names, _NAIVE)
             for impl, fn in impls.items():
                 got = fn(*args)
                 for q, _, pqr in names:
@@ -497,7 +685,7 @@ def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
                         got[q], *refs[q], dtype, sum(pqr) > 2
                     )
                     errs.setdefault((q, impl), []).append(e)
-                    if impl == OURS and e.size:
+                    if impl == name and e.size:
                         normal = references.normal_exact(refs[q][0], dtype)
                         full = np.full(x.size, np.nan)
                         full[normal] = e
@@ -522,7 +710,7 @@ def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
         order = sum(next(d[2] for d in group if d[0] == q))
         top = float(err.max()) if err.size else float("nan")
         where = ""
-        if impl == OURS and q in found:
+        if impl == name and q in found:
             top = max(top, found[q][0])
             where = found[q][1]
         out.append(
@@ -535,6 +723,7 @@ def _measure_group(group, dtype, dt, label, dd_range, n, torch, rng):
                 "ulp" if order <= 2 else "relative",
                 int(err.size),
                 where,
+                platform,
             )
         )
     return out
@@ -582,7 +771,7 @@ def derivatives_markdown(results, by_range=False) -> str:
     out = []
     for dt in dict.fromkeys(r.dtype for r in results):
         rows = [r for r in results if r.dtype == dt]
-        impls = list(dict.fromkeys(r.impl for r in rows))
+        impls = _columns(r.impl for r in rows)
         cells: dict = {}
         for r in sorted(rows, key=lambda r: order.get(r.quantity, len(order))):
             key = (r.quantity, r.betas if by_range else None, r.unit)
@@ -635,7 +824,7 @@ def markdown_summary(results) -> str:
     out = []
     for op in ("backward", "forward"):
         rows = [r for r in results if r.op == op]
-        impls = list(dict.fromkeys(r.impl for r in rows))
+        impls = _columns(r.impl for r in rows)
         cells: dict = {}
         for r in rows:
             cells.setdefault((r.dtype, r.beta, r.region), {})[r.impl] = r.max_ulp
@@ -655,7 +844,7 @@ def markdown_summary(results) -> str:
 def values_summary_markdown(results) -> str:
     """Max ulp per op x dtype over every beta and region, one column per
     implementation."""
-    impls = list(dict.fromkeys(r.impl for r in results))
+    impls = _columns(r.impl for r in results)
     cells: dict = {}
     for r in results:
         row = cells.setdefault((r.op, r.dtype), {})
@@ -669,24 +858,31 @@ def values_summary_markdown(results) -> str:
 
 
 def _worst_markdown(results):
-    rows = [r for r in results if r.impl == OURS and r.worst]
-    out = ["| op | beta | region | max ulp | at |", "|---|---:|---|---:|---|"]
+    rows = [r for r in results if r.impl.startswith(OURS) and r.worst]
+    out = [
+        "| op | platform | beta | region | max ulp | at |",
+        "|---|---|---:|---|---:|---|",
+    ]
     for r in rows:
         out.append(
-            f"| {r.op} | {r.beta:g} | {r.region} | {r.max_ulp:.3f} | {r.worst} |"
+            f"| {r.op} | {_platform_name(r.platform)} | {r.beta:g} | {r.region} "
+            f"| {r.max_ulp:.3f} | {r.worst} |"
         )
     return "\n".join(out) + "\n"
 
 
 def _worst_derivatives(rows):
     out = [
-        "| quantity | dtype | \\|beta\\| | max error | at |",
-        "|---|---|---|---:|---|",
+        "| quantity | dtype | platform | \\|beta\\| | max error | at |",
+        "|---|---|---|---|---:|---|",
     ]
     for r in rows:
-        if r.impl == OURS and r.worst:
+        if r.impl.startswith(OURS) and r.worst:
             err = _fmt_error(r.max_error, r.unit)
-            out.append(f"| {r.quantity} | {r.dtype} | {r.betas} | {err} | {r.worst} |")
+            out.append(
+                f"| {r.quantity} | {r.dtype} | {_platform_name(r.platform)} "
+                f"| {r.betas} | {err} | {r.worst} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -801,7 +997,59 @@ def plot(path, beta=1.7, n=400_000, bins=200, seed=0):
 
 def _clear_line():
     if sys.stderr.isatty():
-        print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+        print("\r" + " " * 78 + "\r", end="", file=sys.stderr)
+
+
+class Progress:
+    """One line per step (redrawn on a terminal): the time spent, the time
+    left, and the step. Steps are of kinds that take very different times
+    (a float32 value cell, a float64 one against mpmath, a derivative
+    cell): the time left sums each kind's remaining steps at that kind's
+    pace so far, or, before a kind has run, at a prior multiple of the
+    cheapest kind's pace."""
+
+    PRIOR = {("values", "f64"): 15.0, ("derivatives", "f32"): 40.0}
+    PRIOR[("derivatives", "f64")] = 60.0
+
+    def __init__(self, totals):
+        self.totals = {k: v for k, v in totals.items() if v}
+        self.total = max(sum(self.totals.values()), 1)
+        self.done = 0
+        self.spent: dict = {}  # kind -> [steps done, seconds]
+        self.started = self.last = time.perf_counter()
+        self.kind = None
+
+    def _left(self):
+        paces = {k: t / n for k, (n, t) in self.spent.items() if n}
+        if not paces:
+            return None
+        unit = min(p / self.PRIOR.get(k, 1.0) for k, p in paces.items())
+        left = 0.0
+        for kind, total in self.totals.items():
+            n = self.spent.get(kind, (0, 0.0))[0]
+            pace = paces.get(kind, unit * self.PRIOR.get(kind, 1.0))
+            left += max(total - n, 0) * pace
+        return left
+
+    def __call__(self, msg, kind=None):
+        now = time.perf_counter()
+        if self.kind is not None:
+            n, t = self.spent.get(self.kind, (0, 0.0))
+            self.spent[self.kind] = (n + 1, t + now - self.last)
+        self.kind, self.last = kind, now
+        self.done += 1
+        left = self._left()
+        eta = f"~{left / 60:4.1f} min left" if left is not None else "...           "
+        spent = (now - self.started) / 60
+        msg = f"[{spent:5.1f} min, {eta}] {self.done}/{self.total} {msg}"
+        if sys.stderr.isatty():
+            print(f"\r{msg[:78]:78}", end="", file=sys.stderr, flush=True)
+        else:
+            print(msg, file=sys.stderr, flush=True)
+
+
+# A first look in about a minute: fewer points, the CPU only.
+QUICK = {"n": 20_000, "n64": 2_000, "nd": 500, "platforms": "cpu"}
 
 
 def main(argv=None):
@@ -809,6 +1057,9 @@ def main(argv=None):
         prog="python -m jax_softplus.tools.accuracy",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="The docs' tables (--tables docs/tables --plot "
+        "docs/img/accuracy.png, every platform) take about 25 minutes on 2 "
+        "cores; --quick takes about one.",
     )
     p.add_argument(
         "-n", type=int, default=200_000, help="samples per float32/16 value cell"
@@ -822,16 +1073,31 @@ def main(argv=None):
     p.add_argument(
         "--nd",
         type=int,
-        default=10_000,
+        default=4_000,
         help="samples per derivative cell, each dtype (with the search)",
     )
     p.add_argument("--dtypes", default="f32,bf16,f16,f64", help="f32, bf16, f16, f64")
     p.add_argument(
         "--betas",
-        default=None,
-        help="comma list (default: "
-        f"{', '.join(f'{b:g}' for b in BETAS)}; float64 adds "
-        f"{', '.join(f'{b:g}' for b in EXTREME_BETAS_F64)})",
+        default=argparse.SUPPRESS,
+        help="comma list of the value cells' betas; by default "
+        f"{', '.join(f'{b:g}' for b in BETAS)}, and for float64 also "
+        f"{', '.join(f'{b:g}' for b in EXTREME_BETAS_F64)}",
+    )
+    p.add_argument(
+        "--platforms",
+        default=",".join(PLATFORMS),
+        help="comma list of the platforms whose lowering jax_softplus runs "
+        "with, on this CPU (jax_softplus.testing.lowered_as): " + ", ".join(PLATFORMS),
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a first look: "
+        + ", ".join(
+            f"--{k} {v}" if len(k) > 1 else f"-{k} {v}" for k, v in QUICK.items()
+        )
+        + " (explicit options win)",
     )
     p.add_argument("--no-mpmath", action="store_true", help="skip the mpmath check")
     p.add_argument("--plot", metavar="PNG", help="write the ulp-vs-t plot")
@@ -847,16 +1113,36 @@ def main(argv=None):
         action="store_true",
         help="skip the table of derivatives (orders 1 to 4, every argument)",
     )
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
+    if args.quick:
+        given = {a.split("=")[0] for a in argv}
+        for k, v in QUICK.items():
+            flag = f"--{k}" if len(k) > 1 else f"-{k}"
+            if flag not in given:
+                setattr(args, k, type(getattr(args, k))(v))
     try:
         dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
+        given = getattr(args, "betas", None)
         betas = (
-            None
-            if args.betas is None
-            else [float(b) for b in args.betas.split(",") if b.strip()]
+            None if given is None else [float(b) for b in given.split(",") if b.strip()]
         )
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
+    platforms = [v.strip() for v in args.platforms.split(",") if v.strip()]
+    for v in platforms:
+        if v not in PLATFORMS:
+            p.error(f"--platforms: {v!r} is none of {', '.join(PLATFORMS)}")
+    if not platforms:
+        p.error("--platforms names no platform")
+    native = native_platforms()
+    if native:
+        print(
+            f"the default backend is {jax.default_backend()}: jax_softplus runs "
+            "there, as that platform lowers it (--platforms is for a CPU)",
+            file=sys.stderr,
+        )
+        platforms = list(native)
     for name in ("n", "n64", "nd"):
         if getattr(args, name) < 1:
             p.error(f"-{'-' if len(name) > 1 else ''}{name} must be at least 1")
@@ -888,23 +1174,33 @@ def main(argv=None):
     if skip_note:
         print(skip_note, file=sys.stderr)
 
-    started = time.perf_counter()
-
-    def log(msg):
-        # One line redrawn on a terminal; a line per step in a log file.
-        spent = time.perf_counter() - started
-        msg = f"[{spent / 60:5.1f} min] {msg}"
-        if sys.stderr.isatty():
-            print(f"\r{msg:78}", end="", file=sys.stderr, flush=True)
-        else:
-            print(msg, file=sys.stderr, flush=True)
-
-    results = measure(n=args.n, n64=args.n64, dtypes=dtypes, betas=betas, log=log)
+    derivative_dtypes = [d for d in dtypes if d in ("f32", "f64")]
+    totals: dict = {}
+    for dt in dtypes:
+        kind = ("values", "f64" if dt == "f64" else "f32")
+        totals[kind] = totals.get(kind, 0) + value_cells([dt], betas) * len(platforms)
+        if dt in derivative_dtypes and not args.no_derivatives:
+            totals[("derivatives", dt)] = derivative_cells([dt]) * len(platforms)
+    log = Progress(totals)
+    results = measure(
+        n=args.n,
+        n64=args.n64,
+        dtypes=dtypes,
+        betas=betas,
+        log=log,
+        platforms=platforms,
+    )
     _clear_line()
     print_table(results)
     derivative_rows = []
-    if not args.no_derivatives:
-        derivative_rows = measure_derivatives(n=args.nd, n64=args.nd, log=log)
+    if not args.no_derivatives and derivative_dtypes:
+        derivative_rows = measure_derivatives(
+            n=args.nd,
+            n64=args.nd,
+            dtypes=derivative_dtypes,
+            log=log,
+            platforms=platforms,
+        )
         _clear_line()
         print("\nDerivatives, per element (PyTorch has no beta derivative):")
         print_rows(derivative_rows, _DERIVATIVE_COLUMNS)
@@ -937,12 +1233,13 @@ def main(argv=None):
         with open(args.markdown, "w") as f:
             f.write(markdown_summary(results))
             if derivative_rows:
-                f.write("\n**derivatives**, max over |beta| in [1e-5, 1e5]\n\n")
+                f.write("\n**derivatives**, max over every range of |beta|\n\n")
                 f.write(derivatives_markdown(derivative_rows))
                 f.write("\n**derivatives**, per range of |beta|\n\n")
                 f.write(derivatives_markdown(derivative_rows, by_range=True))
     if skip_note:
         print(f"\n{skip_note}")
+    print(f"\n{(time.perf_counter() - log.started) / 60:.1f} min on {machine_line()}")
     return results
 
 

@@ -283,6 +283,82 @@ def bench_user_jit(n, dt, beta, repeats, progress):
     return rows
 
 
+HIGHEST = "jax_softplus, HIGHEST"
+
+
+def bench_highest(n, dt, beta, repeats, progress):
+    """accuracy=HIGHEST where users call it: inside their own `jax.jit`,
+    donated and with a fresh output, beside the default kernel, the naive
+    formula and `a * b`, for softplus_backward; and softplus (fresh)
+    beside its default and `jax.nn.softplus(b * x) / b`."""
+    dtype = DTYPES[dt]
+    src, dd = _data(n, dtype)
+    b = jnp.float32(beta)
+    itemsize = jnp.dtype(dtype).itemsize
+    highest = jax.lax.AccuracyMode.HIGHEST
+
+    def ours(s, d, beta):
+        return softplus_backward(s, d, beta)
+
+    def best(s, d, beta):
+        return softplus_backward(s, d, beta, accuracy=highest)
+
+    methods = {"a*b (floor)": _mul, "jax_softplus": ours, HIGHEST: best}
+    methods[NAIVE] = naive_backward
+    rows = []
+    donated = {
+        k: _Donated(jax.jit(f, donate_argnums=1), src, dd, b)
+        for k, f in methods.items()
+    }
+    times, ratios = _measure(donated, "a*b (floor)", repeats, progress)
+    rows += _rows("highest, your jit donated", dt, n, beta, itemsize, times, ratios)
+    fresh = {k: _Fresh(jax.jit(f), src, dd, b) for k, f in methods.items()}
+    times, ratios = _measure(fresh, "a*b (floor)", repeats, progress, _settle(n))
+    rows += _rows("highest, your jit fresh", dt, n, beta, itemsize, times, ratios)
+    forward = {
+        "a*b (floor)": _Fresh(jax.jit(_mul), src, dd, b),
+        "jax_softplus": _Fresh(jax.jit(lambda x, d, c: softplus(x, c)), src, dd, b),
+        HIGHEST: _Fresh(
+            jax.jit(lambda x, d, c: softplus(x, c, accuracy=highest)), src, dd, b
+        ),
+        NAIVE: _Fresh(jax.jit(_naive_forward), src, dd, b),
+    }
+    times, ratios = _measure(forward, "a*b (floor)", repeats, progress, _settle(n))
+    rows += _rows("highest, softplus fresh", dt, n, beta, itemsize, times, ratios)
+    return rows
+
+
+def _naive_forward(x, dd, beta):
+    """`jax.nn.softplus(beta * x) / beta` in float32, rounded once (as
+    `naive_backward`)."""
+    del dd
+    f = jnp.float32
+    return (jax.nn.softplus(beta.astype(f) * x.astype(f)) / beta).astype(x.dtype)
+
+
+def highest_markdown(rows) -> str:
+    """HIGHEST's time over the naive formula and over the default kernel,
+    a row per mode, dtype and size."""
+    out = [
+        "| mode | dtype | size | HIGHEST over the naive formula "
+        "| HIGHEST over the default | default over the naive formula |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    cells: dict = {}
+    for r in rows:
+        if r.mode.startswith("highest"):
+            cells.setdefault((r.mode, r.dtype, r.size, r.beta), {})[r.method] = r
+    for (mode, dt, n, _), row in cells.items():
+        best, default = row[HIGHEST], row["jax_softplus"]
+        over_default = best.median_s / default.median_s
+        label = mode.removeprefix("highest, ")
+        out.append(
+            f"| {label} | {dt} | {format_size(n)} | {best.vs_naive:.2f} | "
+            f"{over_default:.2f} | {default.vs_naive:.2f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def bench_fwd_bwd(n, dt, beta, repeats, progress):
     """softplus and its gradient in one jitted call: fresh, donated, and (on
     the CPU) donated with `TUNED_CPU_OPTIONS` on both sides."""
@@ -515,10 +591,16 @@ def derivatives_markdown(rows) -> str:
             else ("0 (none)" if not r.temps else f"{r.temps >> 10} KiB (formula: 0)")
         )
         out.append(
-            f"| {r.route} | {r.dtype} | {format_size(r.size)} | {r.ratio:.2f} | "
-            f"{temps} | {r.compile_s / r.formula_compile_s:.2f} |"
+            f"| {_cell(r.route)} | {r.dtype} | {format_size(r.size)} | {r.ratio:.2f} "
+            f"| {temps} | {r.compile_s / r.formula_compile_s:.2f} |"
         )
     return "\n".join(out) + "\n"
+
+
+def _cell(text):
+    """Text for a Markdown table cell: its pipes escaped (a route's label
+    may hold |grad_x|^2)."""
+    return text.replace("|", "\\|")
 
 
 # Eager calls -------------------------------------------------------------------
@@ -583,6 +665,17 @@ def _eager_cases():
             (0.5, 1.0),
         ),
     }
+    highest = jax.lax.AccuracyMode.HIGHEST
+    cases["softplus at HIGHEST, jax float32[1000]"] = (
+        lambda v: softplus(v, accuracy=highest),
+        jax.nn.softplus,
+        (x,),
+    )
+    cases["softplus_backward at HIGHEST, jax float32[1000]"] = (
+        lambda s, d: softplus_backward(s, d, 1.7, accuracy=highest),
+        lambda s, d: naive(s, d, 1.7),
+        (x, x),
+    )
     if MECHANISM == "custom_vjp":  # JAX 0.8: softplus has no forward mode
         del cases["jax.jvp of softplus, float32[1000]"]
     return cases
@@ -766,6 +859,17 @@ def write_tables(directory, rows, m=None, derivative_rows=(), eager_rows=()):
             f.write(summary_markdown(rows))
         with open(os.path.join(directory, "bench.md"), "w") as f:
             f.write(f"{where}\n\n{markdown_table(rows)}\n{legend(rows)}\n")
+    if any(r.mode.startswith("highest") for r in rows):
+        with open(os.path.join(directory, "bench-highest.md"), "w") as f:
+            f.write(
+                f"{where} `accuracy=jax.lax.AccuracyMode.HIGHEST` in a user's "
+                "`jax.jit` (XLA's default options), beta 1.7: softplus_backward "
+                "donated and with a fresh output, softplus with a fresh output; "
+                "each figure the median of per-round ratios of times. The naive "
+                "formula: `dd * jax.nn.sigmoid(beta * src)` in float32, or "
+                "`jax.nn.softplus(beta * x) / beta`.\n\n"
+            )
+            f.write(highest_markdown(rows))
     if derivative_rows:
         with open(os.path.join(directory, "bench-derivatives.md"), "w") as f:
             f.write(
@@ -897,12 +1001,30 @@ def main(argv=None):
         nargs="?",
         const="16M",
         default=None,
-        help="also time float64 (x64 on for these rows): your jit and fwd+bwd",
+        metavar="SIZES",
+        help="also time float64 (x64 on for these rows): your jit and fwd+bwd, at "
+        "these sizes (a comma list; 16M if none is given)",
     )
     p.add_argument(
         "--eager",
         action="store_true",
         help="also time eager calls (Python, NumPy and JAX inputs, grad, jvp)",
+    )
+    p.add_argument(
+        "--highest",
+        nargs="?",
+        const="1M,16M",
+        default=None,
+        metavar="SIZES",
+        help="also time accuracy=HIGHEST in a user's jit at these sizes (a comma "
+        "list; 1M,16M if none is given), beside the default kernel and the naive "
+        "formula, with the --dtypes and beta 1.7",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a first look in seconds: --sizes 1M --dtypes f32 --repeats 3 "
+        "--user-jit --no-torch (explicit sizes, dtypes and repeats win)",
     )
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a plot of the ratios")
@@ -912,7 +1034,15 @@ def main(argv=None):
         metavar="DIR",
         help="write the docs' tables (bench-summary.md, bench.md, bench.json)",
     )
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
+    if args.quick:
+        given = {a.split("=")[0] for a in argv}
+        quick = {"--sizes": "1M", "--dtypes": "f32", "--repeats": 3}
+        for flag, value in quick.items():
+            if flag not in given:
+                setattr(args, flag[2:], value)
+        args.user_jit = args.no_torch = True
 
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
@@ -923,6 +1053,7 @@ def main(argv=None):
             parse_size(s) for s in (args.derivatives or "").split(",") if s
         ]
         f64_sizes = [parse_size(s) for s in (args.float64 or "").split(",") if s]
+        highest_sizes = [parse_size(s) for s in (args.highest or "").split(",") if s]
     except (ValueError, argparse.ArgumentTypeError) as err:
         p.error(str(err))
     if args.repeats < 1:
@@ -937,6 +1068,7 @@ def main(argv=None):
     total += bool(scaling) + bool(args.train_step) + bool(args.eager)
     total += len(derivative_sizes) * len(dtypes) * len(DERIVATIVE_ROUTES)
     total += len(f64_sizes) * (len(betas) + 1)
+    total += len(highest_sizes) * len(dtypes)
     done = [0]
     started = time.perf_counter()
     tty = sys.stderr.isatty()
@@ -990,6 +1122,11 @@ def main(argv=None):
             label = f"fwd+bwd f64 {format_size(n)}"
             rows += bench_fwd_bwd(n, "f64", 1.7, args.repeats, progress_for(label))
             done[0] += 1
+    for n in highest_sizes:
+        for dt in dtypes:
+            label = f"HIGHEST {dt} {format_size(n)}"
+            rows += bench_highest(n, dt, 1.7, args.repeats, progress_for(label))
+            done[0] += 1
     if scaling:
         rows += bench_scaling(scaling, args.repeats, progress_for("scaling"))
         done[0] += 1
@@ -1016,6 +1153,9 @@ def main(argv=None):
     if rows:
         print_table(rows)
         print(legend(rows))
+    if any(r.mode.startswith("highest") for r in rows):
+        print("\naccuracy=HIGHEST in a user's jit:")
+        print(highest_markdown(rows))
     if derivative_rows:
         print("\nDerivative routes in a user's jit, over the formula:")
         print(derivatives_markdown(derivative_rows))
@@ -1025,13 +1165,14 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(_json(m, rows, derivative_rows, eager_rows), f, indent=1)
-    if args.plot:
-        plot(rows, args.plot, machine_line(m))
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown_table(rows))
     if args.tables:
         write_tables(args.tables, rows, m, derivative_rows, eager_rows)
+    if args.plot:
+        os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
+        plot(rows, args.plot, machine_line(m))
     return rows + derivative_rows + eager_rows
 
 

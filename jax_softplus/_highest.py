@@ -1,0 +1,239 @@
+"""Correctly rounded values on request: `accuracy=lax.AccuracyMode.HIGHEST`.
+
+For float32, bfloat16 and float16 data, both ops return the exact value
+rounded to nearest even, wherever it is a normal number of the dtype:
+
+1. **float64.** t = beta * src is exact in float64 (two 24-bit
+   significands); exp(-|t|) comes from `_math64`'s Cody-Waite reduction and
+   polynomial, and the result, rounded a few times in float64, is within
+   `ERROR` of the exact value (the sum of those roundings' bounds).
+2. **The rounding test.** The float64 value v is rounded to the data dtype
+   twice, at v (1 + ERROR) and at v (1 - ERROR) (`_rounded`): rounding to
+   nearest is monotone, so the two agree exactly where no rounding
+   boundary lies between them, and then both are the correct rounding of
+   the exact value, which lies between them too.
+3. **Where they differ, again in double-double** (`_dd`, about 2**-100),
+   one element at a time, in a loop that runs only while such an element
+   is left (about 1 in 2**25 float32 elements, 1 in 2**41 bfloat16 ones).
+   A `select` would be simpler, but XLA computes both sides of a select for
+   every element; the loop costs one pass over the result to find out
+   that there is nothing to do.
+
+Steps 1 and 2 are one loop fusion: the elements of step 3 hold a signaling
+NaN meanwhile (`_PENDING`), which no arithmetic returns, rather than a
+second array of flags (XLA would compute the loop twice, once per
+output), and a division's result is taken through an opaque `+ 0` before
+its several consumers, so that XLA fuses it (it does not duplicate an
+expensive operation into several consumers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jax import lax
+
+from jax_softplus import _dd, _math, _math64
+
+_F64 = np.float64
+_I64 = np.int64
+_BF16 = np.dtype("bfloat16")
+# The float64 evaluations' error bounds, relative to the result. Backward:
+# the reduced argument's rounding (2**-55 absolute), p's (2**-54.3), the
+# denominator's two (2**-53 each) and the division's (2**-53), 2**-51.1 in
+# all. Forward: the exponential's (2**-54), log1p's (f - f**2/2, 2**-53,
+# and its tail), the division by beta and the sum with x (2**-53 each),
+# about 2**-50.8. Each bound leaves room for the rounding of v (1 +- ERROR)
+# itself (2**-53).
+ERROR = {"backward": 2.0**-50, "forward": 2.0**-49}
+# Clamps of -t: below -60, exp(-t) < 2**-86 and the backward's result is
+# diff_dst to far below rounding; above 200 (for both ops), every result
+# is far below the normal range (diff_dst exp(-200) < 2**-160, and
+# exp(-200) / beta < 2**-162 for every normal float32 beta).
+_ZLOW, _ZHIGH = -60.0, 200.0
+# What an element left to step 3 holds: a signaling NaN, which no
+# arithmetic returns (the NaNs it passes on are quiet).
+_PENDING = {
+    np.dtype(np.float32): (np.uint32, 0x7F800001),
+    _BF16: (np.uint16, 0x7F81),
+    np.dtype(np.float16): (np.uint16, 0x7C01),
+}
+
+
+def _fused(v):
+    """v (a quotient) through an opaque `+ 0`: the division then has one
+    consumer, and XLA fuses it with the rest of the loop."""
+    return v + _math64._opaque(0.0)
+
+
+def _exp_neg(a):
+    """exp(-a) = 2**k (1 + p) for float64 a in [-60, 200]: (2**k, p), p in
+    [-0.30, 0.42] within 2**-54.3 absolute."""
+    magic = _math64._opaque(_math64._MAGIC)
+    v = a * -_math64._LOG2E + magic
+    kf = v - magic
+    k = lax.bitcast_convert_type(v, _I64) - _math64._MAGIC_BITS
+    # r = -a - k ln 2, rounded once (2**-55 absolute); expm1(r) to 2**-63.
+    r = (lax.neg(a) - kf * _math64._LN2_HI) - kf * _math64._LN2_LO
+    p = r + (r * r) * _math64._estrin(_math64._EXP_Q, r)
+    return _math.exp2_int(k, _F64), p
+
+
+def backward_value(src, dd, beta):
+    """dd * sigmoid(beta * src) in float64, within ERROR["backward"], for
+    float32, bfloat16 or float16 operands (beta float32)."""
+    x, d, b = (lax.convert_element_type(v, _F64) for v in (src, dd, beta))
+    t = b * x  # exact
+    scale, p = _exp_neg(lax.clamp(-_ZHIGH, t, -_ZLOW))
+    # 1 + exp(-t) = (1 + 2**k) + 2**k p: 1 + 2**k exact for |k| <= 52, and
+    # within 2**-53 otherwise.
+    q = _fused(d / ((_math64._opaque(1.0) + scale) + scale * p))
+    # Where sigmoid is exactly 0 (src = -inf sign(beta)) the result is dd * 0
+    # (NaN for an infinite dd).
+    return lax.select(_math.sigmoid_is_zero(x, b), d * 0.0, q)
+
+
+def softplus_value(x, beta):
+    """(1/beta) log(1 + exp(beta x)) in float64, within ERROR["forward"],
+    for float32, bfloat16 or float16 x (beta float32).
+
+    [t > 0] x + log1p(e) / beta, e = exp(-|t|); log1p(e) in fdlibm's form
+    f - f**2/2 + s (f**2/2 + R(s**2)), s = f / (2 + f), from f = e (e below
+    1/2) or (e - 1) / 2 (exact, plus ln 2), which rounds once beyond its
+    polynomial; below e = 2**-60, log1p(e) = e to 2**-61.
+    """
+    # A Python-float beta in a user's jit is a constant, and XLA would turn
+    # the division by it into a multiplication by its rounded reciprocal.
+    beta = lax.optimization_barrier(beta)
+    xs, b = lax.convert_element_type(x, _F64), lax.convert_element_type(beta, _F64)
+    t = b * xs  # exact
+    scale, p = _exp_neg(lax.min(lax.abs(t), lax.full_like(t, _ZHIGH)))
+    e = scale + scale * p
+    big = e >= 0.5
+    f = lax.select(big, (e - 1.0) * 0.5, e)
+    s = _fused(f / (f + 2.0))
+    z = s * s
+    hfsq = 0.5 * f * f
+    log = (f - hfsq) + s * (hfsq + z * _math64._horner(_math64._LOG1P_R, z))
+    log = lax.select(big, log + 0.6931471805599453, log)
+    log = lax.select(scale < 2.0**-60, e, log)
+    q = _fused(log / b)
+    out = lax.select(t > 0, xs + q, q)
+    # beta = 0 (traced): softplus diverges, inf as the default kernel gives.
+    return lax.select(b == 0, lax.full_like(out, np.inf), out)
+
+
+def _rounded(v, error, dtype):
+    """(out, doubt): v (1 + error) rounded to `dtype`, and where v (1 -
+    error) rounds otherwise. float32: one hardware conversion each; the
+    half types through float32 rounded to odd, which makes the second
+    rounding exact (24 >= 8 + 2 bits)."""
+    hi, lo = v * (1.0 + error), v * (1.0 - error)
+    outs = [_to(w, dtype) for w in (hi, lo)]
+    out = outs[0]
+    # A NaN is unequal to itself, not in doubt.
+    return out, (out != outs[1]) & (out == out)
+
+
+def _to(v, dtype):
+    f = lax.convert_element_type(v, np.float32)
+    if np.dtype(dtype) == np.float32:
+        return f
+    # Round to odd: an inexact result whose last bit is even moves one ulp
+    # toward v (odd), so that the rounding to the half type is the one of v.
+    back = lax.convert_element_type(f, _F64)
+    bits = lax.bitcast_convert_type(f, np.int32)
+    even = (bits & np.int32(1)) == np.int32(0)
+    away = (lax.abs(v) > lax.abs(back)).astype(np.int32) * 2 - 1
+    odd = lax.select(even & (back != v) & (v == v), bits + away, bits)
+    f = lax.bitcast_convert_type(odd, np.float32)
+    return lax.convert_element_type(f, dtype)
+
+
+# Step 3: one element at a time, in double-double --------------------------------
+
+
+def _dd_backward(s, d, b):
+    """dd * sigmoid(beta * src) for one element, as a double word."""
+    s, d, b = (lax.convert_element_type(v, _F64) for v in (s, d, b))
+    t = lax.clamp(-_ZHIGH, b * s, -_ZLOW)
+    zero = lax.full_like(t, 0)
+    e = _dd.exp((-t, zero))
+    # 1 behind a barrier: XLA folds (1 + e) - 1 to e.
+    den = _dd.add((_math64._opaque(1.0) * lax.full_like(t, 1.0), zero), e)
+    return _dd.div((d, zero), den)
+
+
+def _dd_softplus(x, b):
+    """(1/beta) log(1 + exp(beta x)) for one element, as a double word."""
+    x, b = (lax.convert_element_type(v, _F64) for v in (x, b))
+    t = b * x
+    a = lax.min(lax.abs(t), lax.full_like(t, _ZHIGH))
+    zero = lax.full_like(t, 0)
+    q = _dd.div(_dd.log1p(_dd.exp((-a, zero))), (b, zero))
+    s = _dd.add((x, zero), q)
+    pos = t > 0
+    return lax.select(pos, s[0], q[0]), lax.select(pos, s[1], q[1])
+
+
+def _round_pair(hi, lo, dtype):
+    """The double word hi + lo rounded to `dtype` once (its low word is far
+    below an ulp of the dtype: rounding hi to odd in float64 first, by
+    lo's sign, makes the float64 step exact for what follows)."""
+    bits = lax.bitcast_convert_type(hi, _I64)
+    even = (bits & _I64(1)) == _I64(0)
+    toward = (lax.sign(lo) * lax.sign(hi)).astype(_I64)
+    hi = lax.bitcast_convert_type(
+        lax.select(even & (lo != 0) & (hi == hi), bits + toward, bits), _F64
+    )
+    return _to(hi, dtype)
+
+
+def _pending_mask(values):
+    utype, bits = _PENDING[np.dtype(values.dtype)]
+    return lax.bitcast_convert_type(values, utype) == utype(bits)
+
+
+def _resolve(out, doubt, evaluate):
+    """The elements in doubt, `evaluate(i)` (double-double) one at a time
+    while any is left; they hold `_PENDING` meanwhile."""
+    dtype = out.dtype
+    utype, bits = _PENDING[np.dtype(dtype)]
+    marker = lax.bitcast_convert_type(lax.full_like(out, 0, utype) + utype(bits), dtype)
+    flat = lax.select(doubt, marker, out).reshape(-1)
+
+    def pending(values):
+        return lax.reduce_or(_pending_mask(values), (0,))
+
+    def fix(values):
+        i = lax.argmax(_pending_mask(values), 0, np.int32)
+        value = _round_pair(*evaluate(i), dtype)
+        return lax.dynamic_update_slice(values, value.reshape(1), (i,))
+
+    return lax.while_loop(pending, fix, flat).reshape(out.shape)
+
+
+def _element(v, i):
+    """Element i of a flattened operand (a 0-d beta as it is)."""
+    return v.reshape(-1)[i] if v.ndim else v
+
+
+def backward(src, dd, beta):
+    """dd * sigmoid(beta * src), correctly rounded to the data dtype (a
+    float32 beta)."""
+    out, doubt = _rounded(backward_value(src, dd, beta), ERROR["backward"], src.dtype)
+
+    def evaluate(i):
+        return _dd_backward(_element(src, i), _element(dd, i), _element(beta, i))
+
+    return _resolve(out, doubt, evaluate)
+
+
+def softplus(x, beta):
+    """(1/beta) log(1 + exp(beta x)), correctly rounded to the data dtype (a
+    float32 beta)."""
+    out, doubt = _rounded(softplus_value(x, beta), ERROR["forward"], x.dtype)
+
+    def evaluate(i):
+        return _dd_softplus(_element(x, i), _element(beta, i))
+
+    return _resolve(out, doubt, evaluate)

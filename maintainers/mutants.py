@@ -1,0 +1,268 @@
+"""Mutation testing: `python maintainers/mutants.py`.
+
+Each mutant is one realistic change to the package (a coefficient that
+drifts, a term dropped, a switch point moved, a check removed, donation
+off, a batching axis, a cache key that forgets a field...). The script
+copies the checkout once, applies each mutant to the copy in turn, and runs
+the test suite against it (`pytest -x`, the files most likely to kill it
+first, then the rest); a mutant that the whole suite passes has survived.
+It prints each mutant's verdict, the test that killed it and the time it
+took, and the score; `--tables DIR` writes mutants.md there.
+
+A survivor means a regression of that kind would pass unseen: add a test
+that holds the code to the level it reaches (docs/reliability.md). `--only
+NAME` runs the mutants whose names contain NAME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    kind: str  # numerics, rules, validation, dispatch, donation
+    path: str  # relative to the checkout
+    old: str  # exact text, found once
+    new: str
+    hint: tuple = ()  # test files to run first
+
+
+M = Mutant
+MUTANTS = (
+    # Numerics ---------------------------------------------------------------
+    M("float32 expm1 coefficient drifts", "numerics", "jax_softplus/_math.py",
+      "0.4999999403953552,", "0.4999995403953552,",
+      ("tests/test_backward.py", "tests/test_constants.py")),
+    M("float64 exp coefficient drifts", "numerics", "jax_softplus/_math64.py",
+      "    0.1666666666666668,", "    0.1666666666666608,",
+      ("tests/test_constants.py", "tests/test_float64.py")),
+    M("float64 backward's low part xs * pl dropped", "numerics",
+      "jax_softplus/_math64.py", "    dl = (l1 + l2) + xs * pl", "    dl = l1 + l2",
+      ("tests/test_float64.py", "tests/test_accuracy.py")),
+    M("float32 tail clamp moved (87 -> 80)", "numerics", "jax_softplus/_math.py",
+      "_ZMAX = _F32(87.0)", "_ZMAX = _F32(80.0)", ("tests/test_backward.py",)),
+    M("float32 deep tail cut early (192.8 -> 180)", "numerics",
+      "jax_softplus/_math.py", "_ZDEEP = _F32(192.8)", "_ZDEEP = _F32(180.0)",
+      ("tests/test_backward.py", "tests/test_specials.py")),
+    M("float64 beta-derivative switch moved (38 -> 34)", "numerics",
+      "jax_softplus/_narrow.py", "np.dtype(np.float64): 38.0}",
+      "np.dtype(np.float64): 34.0}", ("tests/test_derivatives.py",)),
+    M("TPU tanh series shortened (12 -> 7 terms)", "numerics",
+      "jax_softplus/_narrow.py", "_TANH_TERMS = {_F32: 12,", "_TANH_TERMS = {_F32: 7,",
+      ("tests/test_higher_order.py", "tests/test_platforms.py")),
+    M("TPU exponential loses the product's error", "numerics",
+      "jax_softplus/_narrow.py",
+      "        self.k, self.pair = _exp_pair(z, zl)",
+      "        self.k, self.pair = _exp_pair(z, zl * 0)",
+      ("tests/test_platforms.py", "tests/test_higher_order.py")),
+    M("float32 wide exp polynomial drifts", "numerics", "jax_softplus/_wide.py",
+      "    0.041666664403585164,", "    0.041666654403585164,",
+      ("tests/test_constants.py", "tests/test_derivatives.py")),
+    M("HIGHEST error bound too tight (2**-50 -> 2**-56)", "numerics",
+      "jax_softplus/_highest.py", '"backward": 2.0**-50', '"backward": 2.0**-56',
+      ("tests/test_highest.py",)),
+    M("HIGHEST never doubts (no double-double step)", "numerics",
+      "jax_softplus/_highest.py",
+      "    return out, (out != outs[1]) & (out == out)",
+      "    return out, (out != out) & (out == out)", ("tests/test_highest.py",)),
+    M("double-double exp series cut (14 -> 9 terms)", "numerics",
+      "jax_softplus/_dd.py", "    for n in range(13, 0, -1):",
+      "    for n in range(8, 0, -1):", ("tests/test_highest.py",)),
+    M("bfloat16 rounds ties away from even", "numerics", "jax_softplus/_math.py",
+      "    lsb = lax.shift_right_logical(bits, np.uint32(16)) & np.uint32(1)",
+      "    lsb = np.uint32(1)", ("tests/test_backward.py", "tests/test_properties.py")),
+    # Rules ------------------------------------------------------------------
+    M("the backward JVP drops its src term", "rules", "jax_softplus/_derivatives.py",
+      "        terms.append((slope * src_dot.astype(cdt)).astype(dtype))",
+      "        pass", ("tests/test_autodiff.py", "tests/test_derivatives.py")),
+    M("the beta cotangent scaled by 1 + 1e-4", "rules", "jax_softplus/_softplus.py",
+      "            return dx, _sum_to(dbeta, beta)",
+      "            return dx, _sum_to(dbeta * 1.0001, beta)",
+      ("tests/test_autodiff.py", "tests/test_derivatives.py")),
+    M("the transpose returns the cotangent itself", "rules",
+      "jax_softplus/_primitive.py",
+      "    return None, bind(src, ct, beta, beta_hints, accuracy), None",
+      "    return None, ct, None",
+      ("tests/test_autodiff.py", "tests/test_transforms.py")),
+    M("batching moves to the wrong axis", "rules", "jax_softplus/_primitive.py",
+      "    axis = next((d for d in data_dims if d is not None), 0)",
+      "    axis = 0", ("tests/test_vmap.py",)),
+    M("the result keeps a weak type", "rules", "jax_softplus/_primitive.py",
+      "    return src.update(weak_type=False)", "    return src",
+      ("tests/test_dropin.py", "tests/test_errors.py")),
+    M("GPUs lose the float64 derivatives", "rules", "jax_softplus/_platforms.py",
+      '"0") not in ("1", "true", "True")', '"0") is None',
+      ("tests/test_platforms.py",)),
+    # Validation ---------------------------------------------------------------
+    M("mixed dtypes accepted", "validation", "jax_softplus/_validate.py",
+      "    if src.dtype != diff_dst.dtype:\n        raise TypeError(",
+      "    if False:\n        raise TypeError(", ("tests/test_errors.py",)),
+    M("an infinite beta accepted", "validation", "jax_softplus/_validate.py",
+      "    if not np.isfinite(concrete) or abs(concrete) > limit:",
+      "    if abs(concrete) > limit and np.isfinite(concrete):",
+      ("tests/test_errors.py",)),
+    M("a subnormal beta kept", "validation", "jax_softplus/_validate.py",
+      "        # XLA on CPU flushes subnormals to zero; do it here, everywhere.\n"
+      "        concrete = 0.0",
+      "        pass", ("tests/test_specials.py", "tests/test_backward.py")),
+    M("HIGHEST ignored (the flag does nothing)", "validation",
+      "jax_softplus/_validate.py", '            return "highest"\n        return None',
+      "            return None\n        return None", ("tests/test_highest.py",)),
+    # Dispatch -------------------------------------------------------------------
+    M("eager jits forget the accuracy", "dispatch", "jax_softplus/_dispatch.py",
+      "    key = (fun, hints, accuracy)", "    key = (fun, hints, None)",
+      ("tests/test_highest.py",)),
+    M("the eager array path forgets beta", "dispatch", "jax_softplus/_dispatch.py",
+      "    key = (x.dtype, x.sharding, beta, jax.config.jax_enable_x64, accuracy)",
+      "    key = (x.dtype, x.sharding, 1.0, jax.config.jax_enable_x64, accuracy)",
+      ("tests/test_forward.py", "tests/test_transfers.py")),
+    # Donation -------------------------------------------------------------------
+    M("in place without donation", "donation", "jax_softplus/_dispatch.py",
+      '    _inplace,\n    donate_argnames=("diff_dst",),',
+      "    _inplace,\n    donate_argnames=(),", ("tests/test_donation.py",)),
+    M("a weakly typed diff_dst not donated", "donation", "jax_softplus/_backward.py",
+      "        and given.weak_type\n", "        and False\n",
+      ("tests/test_donation.py",)),
+)  # fmt: skip
+
+
+def _copy(dest: Path) -> None:
+    """The checkout, less what is not source (venvs, caches, git)."""
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", ".ci-*", "__pycache__", ".pytest_cache", ".hypothesis",
+        "site", "*.egg-info", ".ruff_cache",
+    )  # fmt: skip
+    shutil.copytree(ROOT, dest, ignore=ignore, dirs_exist_ok=True)
+
+
+def _first_failure(output: str) -> str:
+    m = re.search(r"^FAILED (\S+)", output, re.M) or re.search(
+        r"^ERROR (\S+)", output, re.M
+    )
+    return m.group(1) if m else "(no test named: see the log)"
+
+
+def _suite(copy: Path, hint=(), timeout=None):
+    """(return code, output) of the suite on the copy, `hint` files first."""
+    tests = sorted(str(p.relative_to(copy)) for p in (copy / "tests").glob("test_*.py"))
+    order = list(hint) + [t for t in tests if t not in hint]
+    env = dict(os.environ, PYTHONPATH=f"{copy}{os.pathsep}{copy / 'maintainers'}")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+         "-m", "not bigmem", "--no-header", "-rfE", *order],
+        cwd=copy, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    return out.returncode, out.stdout + out.stderr
+
+
+def run_one(mutant: Mutant, copy: Path, timeout: float) -> dict:
+    """Apply one mutant to the copy, run the suite, put the text back."""
+    target = copy / mutant.path
+    original = target.read_text()
+    if original.count(mutant.old) != 1:
+        raise SystemExit(
+            f"mutant {mutant.name!r}: its text is in {mutant.path} "
+            f"{original.count(mutant.old)} times, not once: update the mutant"
+        )
+    target.write_text(original.replace(mutant.old, mutant.new))
+    started = time.perf_counter()
+    try:
+        code, output = _suite(copy, mutant.hint, timeout)
+        killed = code != 0
+        by = _first_failure(output) if killed else ""
+        if code not in (0, 1):
+            by = f"pytest exit {code}: {by}"
+    except subprocess.TimeoutExpired:
+        killed, by = False, f"(the suite ran past {timeout:.0f} s)"
+    finally:
+        target.write_text(original)
+    return {
+        "name": mutant.name,
+        "kind": mutant.kind,
+        "killed": killed,
+        "by": by,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def markdown(results, seconds, machine_text) -> str:
+    killed = sum(r["killed"] for r in results)
+    out = [
+        f"Measured on {machine_text}; written by `python maintainers/mutants.py "
+        f"--tables docs/tables` in {seconds / 60:.0f} minutes. Each mutant is one "
+        "change to the package, run against the test suite (`pytest -x`, the "
+        "most likely files first).\n",
+        f"**{killed} of {len(results)} mutants killed.**\n",
+        "| mutant | kind | killed by | seconds |",
+        "|---|---|---|---:|",
+    ]
+    for r in results:
+        by = f"`{r['by']}`" if r["killed"] else f"**survived** {r['by']}"
+        out.append(f"| {r['name']} | {r['kind']} | {by} | {r['seconds']:.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python maintainers/mutants.py", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--only", metavar="NAME", help="the mutants whose name holds NAME")
+    p.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutant")
+    p.add_argument("--tables", metavar="DIR", help="write mutants.md there")
+    p.add_argument("--list", action="store_true", help="list the mutants and stop")
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the unmutated run (which checks that the suite passes first)",
+    )
+    args = p.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.only or args.only in m.name]
+    if args.list or not chosen:
+        for m in MUTANTS:
+            print(f"{m.kind:10} {m.name}")
+        return []
+    sys.path.insert(0, str(ROOT))
+    from jax_softplus.tools._common import machine_line
+
+    started = time.perf_counter()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="jax-softplus-mutants-") as tmp:
+        copy = Path(tmp) / "checkout"
+        _copy(copy)
+        if not args.no_baseline:
+            # A suite that fails unmutated would kill every mutant.
+            code, output = _suite(copy)
+            if code != 0:
+                sys.exit(f"the suite fails without a mutant:\n{output[-3000:]}")
+            print(f"the suite passes unmutated ({time.perf_counter() - started:.0f} s)")
+        for k, mutant in enumerate(chosen, 1):
+            r = run_one(mutant, copy, args.timeout)
+            results.append(r)
+            verdict = f"killed by {r['by']}" if r["killed"] else f"SURVIVED {r['by']}"
+            took = f"{r['seconds']:.0f} s"
+            print(f"[{k}/{len(chosen)}] {mutant.name}: {verdict} ({took})", flush=True)
+    seconds = time.perf_counter() - started
+    killed = sum(r["killed"] for r in results)
+    print(f"\nscore: {killed} of {len(results)} killed, in {seconds / 60:.1f} min")
+    if args.tables:
+        os.makedirs(args.tables, exist_ok=True)
+        with open(os.path.join(args.tables, "mutants.md"), "w") as f:
+            f.write(markdown(results, seconds, machine_line()))
+    return results
+
+
+if __name__ == "__main__":
+    main()
