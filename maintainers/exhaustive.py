@@ -699,7 +699,6 @@ def _commit():
 def write_tables(directory, cells, stride, seconds, m=None, commit=None):
     """exhaustive.md and exhaustive.json; `m` and `commit` default to this
     machine and checkout's (given: a run rendered again)."""
-    os.makedirs(directory, exist_ok=True)
     m = m or machine()
     commit = commit or _commit()
     where = (
@@ -707,9 +706,16 @@ def write_tables(directory, cells, stride, seconds, m=None, commit=None):
         f"minutes; written by `python maintainers/exhaustive.py --tables "
         f"{directory}`."
     )
-    with open(os.path.join(directory, "exhaustive.md"), "w") as f:
-        f.write(where + "\n\n" + markdown(cells, stride))
-    with open(os.path.join(directory, "exhaustive.json"), "w") as f:
+    text = where + "\n\n" + markdown(cells, stride)
+    _write(directory, "exhaustive", text, m, commit, stride, seconds, cells)
+
+
+def _write(directory, name, text, m, commit, stride, seconds, cells):
+    """name.md (`text`) and name.json (the run) in `directory`."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{name}.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(directory, f"{name}.json"), "w") as f:
         json.dump(
             {
                 "machine": m,
@@ -729,7 +735,6 @@ def _log(msg):
 
 def write_highest_tables(directory, cells, stride, seconds):
     """exhaustive-highest.md and .json."""
-    os.makedirs(directory, exist_ok=True)
     m = machine()
     commit = _commit()
     where = (
@@ -744,20 +749,8 @@ def write_highest_tables(directory, cells, stride, seconds):
         f"decide, in long double for {ld:,} elements where it could not, and in "
         f"mpmath for {mp:,} where neither could.\n"
     )
-    with open(os.path.join(directory, "exhaustive-highest.md"), "w") as f:
-        f.write(where + "\n\n" + markdown_highest(cells, stride) + how)
-    with open(os.path.join(directory, "exhaustive-highest.json"), "w") as f:
-        json.dump(
-            {
-                "machine": m,
-                "commit": commit,
-                "stride": stride,
-                "seconds": seconds,
-                "cells": [asdict(c) for c in cells.values()],
-            },
-            f,
-            indent=1,
-        )
+    text = where + "\n\n" + markdown_highest(cells, stride) + how
+    _write(directory, "exhaustive-highest", text, m, commit, stride, seconds, cells)
 
 
 def main(argv=None):

@@ -264,23 +264,28 @@ def bench_user_jit(n, dt, beta, repeats, progress):
     dtype = DTYPES[dt]
     src, dd = _data(n, dtype)
     b = jnp.float32(beta)
-    itemsize = jnp.dtype(dtype).itemsize
 
     def ours(s, d, beta):
         return softplus_backward(s, d, beta)
 
     methods = {"a*b (floor)": _mul, "jax_softplus": ours, NAIVE: naive_backward}
-    rows = []
+    return _donated_and_fresh(
+        methods, "user jit", dt, n, beta, (src, dd, b), repeats, progress
+    )
+
+
+def _donated_and_fresh(methods, mode, dt, n, beta, args, repeats, progress):
+    """Rows for `methods` (functions of (src, diff_dst, beta)) in a user's
+    jit, diff_dst donated and then with a fresh output, over `a * b`."""
+    itemsize = args[0].dtype.itemsize
     donated = {
-        k: _Donated(jax.jit(f, donate_argnums=1), src, dd, b)
-        for k, f in methods.items()
+        k: _Donated(jax.jit(f, donate_argnums=1), *args) for k, f in methods.items()
     }
     times, ratios = _measure(donated, "a*b (floor)", repeats, progress)
-    rows += _rows("user jit donated", dt, n, beta, itemsize, times, ratios)
-    fresh = {k: _Fresh(jax.jit(f), src, dd, b) for k, f in methods.items()}
+    rows = _rows(f"{mode} donated", dt, n, beta, itemsize, times, ratios)
+    fresh = {k: _Fresh(jax.jit(f), *args) for k, f in methods.items()}
     times, ratios = _measure(fresh, "a*b (floor)", repeats, progress, _settle(n))
-    rows += _rows("user jit fresh", dt, n, beta, itemsize, times, ratios)
-    return rows
+    return rows + _rows(f"{mode} fresh", dt, n, beta, itemsize, times, ratios)
 
 
 HIGHEST = "jax_softplus, HIGHEST"
@@ -305,16 +310,9 @@ def bench_highest(n, dt, beta, repeats, progress):
 
     methods = {"a*b (floor)": _mul, "jax_softplus": ours, HIGHEST: best}
     methods[NAIVE] = naive_backward
-    rows = []
-    donated = {
-        k: _Donated(jax.jit(f, donate_argnums=1), src, dd, b)
-        for k, f in methods.items()
-    }
-    times, ratios = _measure(donated, "a*b (floor)", repeats, progress)
-    rows += _rows("highest, your jit donated", dt, n, beta, itemsize, times, ratios)
-    fresh = {k: _Fresh(jax.jit(f), src, dd, b) for k, f in methods.items()}
-    times, ratios = _measure(fresh, "a*b (floor)", repeats, progress, _settle(n))
-    rows += _rows("highest, your jit fresh", dt, n, beta, itemsize, times, ratios)
+    rows = _donated_and_fresh(
+        methods, "highest, your jit", dt, n, beta, (src, dd, b), repeats, progress
+    )
     forward = {
         "a*b (floor)": _Fresh(jax.jit(_mul), src, dd, b),
         "jax_softplus": _Fresh(jax.jit(lambda x, d, c: softplus(x, c)), src, dd, b),
