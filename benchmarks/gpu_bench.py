@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -277,6 +278,7 @@ def main():
         f"ratio {step['ratio']:.3f}"
     )
     if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(
                 {"jax": jax.__version__, "rows": rows, "train_step": step}, f, indent=1

@@ -246,6 +246,7 @@ def main(argv=None):
         "results": results,
     }
     if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
     if args.tables:

@@ -222,3 +222,15 @@ def test_quick_mode_is_a_first_look(monkeypatch):
     seen.clear()
     bench.main(["--quick", "--dtypes", "bf16", "--betas", "1.0"])
     assert [(n, dt) for n, dt, *_ in seen] == [(1 << 20, "bf16")] * 2
+
+
+def test_outputs_go_into_folders_made_for_them(tmp_path):
+    # A long run must not end in FileNotFoundError for a folder not made yet.
+    out = tmp_path / "new" / "deeper"
+    bench.main(
+        ["--sizes", "1K", "--repeats", "1", "--dtypes", "f32", "--betas", "1.0",
+         "--no-torch", "--json", str(out / "b.json"), "--markdown", str(out / "b.md"),
+         "--tables", str(out / "tables"), "--plot", str(out / "img" / "b.png")]
+    )  # fmt: skip
+    for path in ("b.json", "b.md", "tables/bench.md", "img/b.png"):
+        assert (out / path).stat().st_size > 0, path

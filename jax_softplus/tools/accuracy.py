@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import os
 import sys
 import time
 import zlib
@@ -992,6 +993,7 @@ def plot(path, beta=1.7, n=400_000, bins=200, seed=0):
         ax.legend(fontsize=8)
     axes[0].set_ylabel("max error per bin (ulp); dotted: 2.5")
     fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)
 
 
@@ -1215,6 +1217,7 @@ def main(argv=None):
         plot(args.plot, beta=beta)
         print(f"\nplot (beta = {beta:g}) written to {args.plot}")
     if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(
                 {
@@ -1230,6 +1233,7 @@ def main(argv=None):
         )
         print(f"\ntables written to {args.tables}")
     if args.markdown:
+        os.makedirs(os.path.dirname(args.markdown) or ".", exist_ok=True)
         with open(args.markdown, "w") as f:
             f.write(markdown_summary(results))
             if derivative_rows:

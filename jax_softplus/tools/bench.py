@@ -1161,9 +1161,11 @@ def main(argv=None):
         print("\nEager calls, per call:")
         print(eager_markdown(eager_rows))
     if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(_json(m, rows, derivative_rows, eager_rows), f, indent=1)
     if args.markdown:
+        os.makedirs(os.path.dirname(args.markdown) or ".", exist_ok=True)
         with open(args.markdown, "w") as f:
             f.write(markdown_table(rows))
     if args.tables:
