@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import mpmath
 import numpy as np
 import pytest
-from helpers import ulp_error
+from helpers import seed_of, ulp_error
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.tools import _references as references
@@ -140,6 +140,12 @@ def _ours64():
     }
 
 
+# float64 holds to the level its kernels reach on these samples (0.552 ulp
+# at worst), not only to the docs' 1 ulp (the accuracy tool's maxima over
+# all its points: values 0.731, derivatives 0.791).
+LEVEL64 = 0.65
+
+
 @pytest.mark.parametrize("beta", BETAS)
 @pytest.mark.parametrize("quantity", list(MP_REFERENCES))
 def test_float64_against_mpmath(x64, quantity, beta):
@@ -147,12 +153,33 @@ def test_float64_against_mpmath(x64, quantity, beta):
     t = np.concatenate([rng.uniform(-120, 120, 150), rng.uniform(-40, 40, 50)])
     x = t / beta
     got = np.asarray(_ours64()[quantity](jnp.asarray(x), jnp.float64(beta)))
-    ref = np.array(
-        [float(MP_REFERENCES[quantity](mpmath.mpf(v), mpmath.mpf(beta))) for v in x]
-    )
-    bound = VALUE_BOUND if quantity in ("softplus", "softplus_backward") else BOUND
-    err = ulp_error(got, ref, jnp.float64)
-    assert err.max() <= bound, (float(err.max()), float(t[np.argmax(err)]))
+    exact = [MP_REFERENCES[quantity](mpmath.mpf(v), mpmath.mpf(beta)) for v in x]
+    err = _ulps64(got, exact)
+    assert err.max() <= LEVEL64, (float(err.max()), float(t[np.argmax(err)]))
+
+
+def _ulps64(got, exact):
+    """|got - exact| in float64 ulps of the mpmath value (not of its
+    rounding, which would make every error a whole number of ulps)."""
+    out = []
+    for g, e in zip(np.ravel(got), exact, strict=True):
+        unit = 2.0 ** (np.frexp(float(e))[1] - 53)
+        out.append(float(abs(mpmath.mpf(float(g)) - e) / unit))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("beta", (1.0, -2.5, 7.3, 1e-5, 3e5))
+def test_float64_beta_derivative_on_both_sides_of_its_switch(x64, beta):
+    # d softplus / d beta switches at |t| = 38 from a e + log1p(e) (1 + e)
+    # to (a + 1) e, which is within half an ulp only above it: moved to 34,
+    # the band below reads 0.63-0.73 ulp; it holds 0.55.
+    rng = np.random.default_rng(seed_of("switch 38", beta))
+    t = rng.uniform(34, 42, 800) * rng.choice([-1, 1], 800)
+    x = t / beta
+    got = np.asarray(_ours64()["d softplus/d beta"](jnp.asarray(x), jnp.float64(beta)))
+    ref = MP_REFERENCES["d softplus/d beta"]
+    exact = [ref(mpmath.mpf(v), mpmath.mpf(beta)) for v in x]
+    assert _ulps64(got, exact).max() <= 0.6
 
 
 def test_float64_backward_deep_tail_with_a_huge_diff_dst(x64):
