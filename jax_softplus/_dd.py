@@ -76,7 +76,9 @@ def _exp2(k):
 
 
 def exp(x):
-    """e**x for a double word x in [-700, 700], to about 2**-100 relative.
+    """e**x for a double word x in [-700, 700], to about 2**-100 relative
+    down to e**x = 2**-969 (x = -671), below which its low word is
+    subnormal (and flushed on a CPU). `_highest` takes x in [-200, 60].
 
     x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in three parts), then
     expm1(r / 16) from its series (14 terms: 0.022**15 / 15! < 2**-110),
