@@ -11,11 +11,13 @@ import pytest
 from jax.experimental import jet
 
 from jax_softplus import (
+    _compat,
     softplus,
     softplus_backward,
     softplus_backward_inplace,
     softplus_backward_p,
 )
+from jax_softplus._forward import softplus_highest_p
 from jax_softplus._softplus import MECHANISM
 
 forward_mode = pytest.mark.skipif(
@@ -230,3 +232,17 @@ def test_a_direct_bind_of_bad_operands_is_a_type_error(name):
     for run in (softplus_backward_p.bind, jax.jit(softplus_backward_p.bind)):
         with pytest.raises(TypeError, match="softplus_backward_p: .*(dtype|shape)"):
             run(*args)
+
+
+def test_a_direct_bind_gives_a_strongly_typed_result():
+    # docs/primitive.md: the abstract eval returns src's aval, not weakly
+    # typed; the public ops alone decide when a result is weak.
+    weak, beta = _compat.weakly_typed(jnp.ones(3)), jnp.float32(1.5)
+    assert weak.weak_type
+    binds = [
+        lambda: softplus_backward_p.bind(weak, weak, beta),
+        lambda: softplus_highest_p.bind(weak, beta),
+    ]
+    for bind in binds:
+        for out in (bind(), jax.jit(bind)()):
+            assert out.dtype == jnp.float32 and not _weak(out)
