@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 
 import exhaustive
+import jax
 import numpy as np
 import pytest
+
+from jax_softplus import softplus_backward
 
 # The README's float32 bounds (tests/test_figures.py checks the README
 # against the full run's table).
@@ -102,3 +105,21 @@ def test_highest_is_correctly_rounded_on_a_stride(tmp_path):
         text.startswith("Measured on ")
         and "| softplus_backward | 0 | 0 | 0 | 0 |" in text
     )
+
+
+def test_highest_counts_where_the_exact_value_is_normal():
+    # The full run's one bfloat16 result off at beta 0.5: the exact value is
+    # 0.99867 * 2**-126 (not normal), which rounds up to 2**-126, and the
+    # CPU, which flushes subnormals, returns -0.0; just above 2**-126, the
+    # same rounding is counted (and given).
+    bf16 = np.dtype("bfloat16")
+    src = np.full(3, -231.0, bf16)
+    dd = np.array([-1.7008e12, -1.7094e12, -1.718e12], bf16)
+    f32 = np.float32
+    ref = exhaustive.correctly_rounded(src.astype(f32), dd.astype(f32), 0.5, 8)
+    want, _, approx = ref["backward"]
+    tiny = float(np.finfo(np.float32).tiny)
+    np.testing.assert_array_equal(want[:2], -tiny)
+    assert exhaustive.exact_is_normal(want, approx).tolist() == [False, True, True]
+    got = softplus_backward(src, dd, 0.5, accuracy=jax.lax.AccuracyMode.HIGHEST)
+    np.testing.assert_array_equal(np.asarray(got[1:], np.float64), want[1:])
