@@ -454,10 +454,12 @@ def near_midpoint_diff_dst(beta, n, rng, bits=24):
     import mpmath
 
     b = np.float64(np.float32(beta))
+    # t within [-30, 30] and what a finite float32 src reaches at this beta.
+    span = min(30.0, abs(b) * float(np.finfo(np.float32).max) * 0.99)
     srcs, dds = [], []
     with mpmath.workdps(60):
         for _ in range(n):
-            x = np.float32(rng.uniform(-30.0, 30.0) / b)
+            x = np.float32(rng.uniform(-span, span) / b)
             sig = 1 / (1 + mpmath.exp(-mpmath.mpf(float(b)) * mpmath.mpf(float(x))))
             e = int(mpmath.floor(mpmath.log(sig, 2)))
             for w in (0, 1):

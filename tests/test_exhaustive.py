@@ -123,3 +123,10 @@ def test_highest_counts_where_the_exact_value_is_normal():
     assert exhaustive.exact_is_normal(want, approx).tolist() == [False, True, True]
     got = softplus_backward(src, dd, 0.5, accuracy=jax.lax.AccuracyMode.HIGHEST)
     np.testing.assert_array_equal(np.asarray(got[1:], np.float64), want[1:])
+
+
+@pytest.mark.parametrize("beta", [1e-38, -3e38])
+def test_near_midpoint_inputs_at_the_ends_of_the_beta_range(beta):
+    # t / beta overflowed float32 at tiny betas (the random-beta search).
+    src, dd = exhaustive.near_midpoint_diff_dst(beta, 20, np.random.default_rng(0))
+    assert src.size and np.isfinite(src).all() and np.isfinite(dd).all()
