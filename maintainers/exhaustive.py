@@ -398,18 +398,25 @@ def _mp_rounded(s, d, b64, op, bits):
                 v = mpmath.mpf(float(d[k])) / (1 + mpmath.exp(-t))
             else:
                 v = mpmath.log1p(mpmath.exp(-abs(t))) / b + (x if t > 0 else 0)
-            if v == 0 or not mpmath.isfinite(v):
-                out[k] = float(v)
-                continue
-            top = int(mpmath.floor(mpmath.log(abs(v), 2)))
-            unit = mpmath.mpf(2) ** (top - bits + 1)
-            q = v / unit
-            n = int(mpmath.floor(q))
-            frac = q - n
-            if frac > 0.5 or (frac == 0.5 and n % 2):
-                n += 1
-            out[k] = float(n * unit)
+            out[k] = _mp_round(v, bits)
     return out
+
+
+def _mp_round(v, bits):
+    """An mpmath value rounded to `bits` significant bits (ties to even), as
+    a float64; 0, infinities and NaN as they are."""
+    import mpmath
+
+    if v == 0 or not mpmath.isfinite(v):
+        return float(v)
+    top = int(mpmath.floor(mpmath.log(abs(v), 2)))
+    unit = mpmath.mpf(2) ** (top - bits + 1)
+    q = v / unit
+    n = int(mpmath.floor(q))
+    frac = q - n
+    if frac > 0.5 or (frac == 0.5 and n % 2):
+        n += 1
+    return float(n * unit)
 
 
 def correctly_rounded(src, dd, beta, bits):
@@ -472,6 +479,55 @@ def near_midpoint_diff_dst(beta, n, rng, bits=24):
                         srcs.append(x)
                         dds.append(dd * np.float32(rng.choice([-1, 1])))
     return np.array(srcs, np.float32), np.array(dds, np.float32)
+
+
+def near_midpoint_softplus(n, rng, bits=24, tries=32):
+    """(x, beta, want, gap): `n` softplus inputs whose exact value lies near
+    a rounding midpoint of a `bits`-bit result, the correct rounding of each
+    (float64) and its distance from the midpoint relative to the value.
+
+    Each input has its own beta: for a random x of `bits` bits and one of
+    the first midpoints above it, m = x + (k + 1/2) ulp(x), k < 4,
+    x + log1p(e**-(b x)) / b = m is solved for b (in float64; t = b x is
+    then 14-17 for float32, 3-7 for the half types) and b rounded to
+    float32, which moves log1p's term, (k + 1/2) ulp(x), by up to (t + 1)
+    2**-25 of itself. Of `tries` candidates per input (their distances
+    measured in long double), the `n` closest are kept. For float32
+    results about one candidate in 32 lies within the float64 step's doubt
+    (2**-49) and one in 500 within 2**-53; for bfloat16 and float16, whose
+    ulp is far larger, the closest stay near 2**-42, which float64
+    decides. Half of them are negated (softplus(-x, -b) = -softplus(x, b)).
+    """
+    import mpmath
+
+    lo, hi = {24: (-40, 40), 11: (-6, 12), 8: (-40, 40)}[bits]
+    size = n * tries
+    x = round_to(np.exp2(rng.uniform(lo, hi, size)), bits)
+    unit = np.exp2(np.floor(np.log2(x)) - bits + 1)
+    m = x + (rng.integers(0, 4, size) + 0.5) * unit
+    r = (m - x) / x  # log1p(e**-t) / t = r
+    t = -np.log(r)
+    for _ in range(8):
+        t = -np.log(np.expm1(r * t))
+    b = t / x
+    for _ in range(3):  # Newton on log1p(e**-(b x)) / b - (m - x)
+        e = np.exp(-b * x)
+        g = np.log1p(e) / b - (m - x)
+        b -= g / (-(x * e / (1 + e)) / b - np.log1p(e) / b**2)
+    b = b.astype(np.float32).astype(np.float64)
+    ld = np.longdouble
+    v = x.astype(ld) + np.log1p(np.exp(-b.astype(ld) * x.astype(ld))) / b.astype(ld)
+    keep = np.argsort(np.abs(v - m.astype(ld)) / v)[:n]
+    x, b, m = x[keep], b[keep], m[keep]
+    want, gap = np.empty(n), np.empty(n)
+    with mpmath.workdps(60):
+        for i in range(n):
+            mb, mx = mpmath.mpf(float(b[i])), mpmath.mpf(float(x[i]))
+            exact = mx + mpmath.log1p(mpmath.exp(-mb * mx)) / mb
+            want[i] = _mp_round(exact, bits)
+            gap[i] = float(abs(exact - mpmath.mpf(float(m[i]))) / exact)
+    sign = rng.choice([-1.0, 1.0], n)
+    return x * sign, b * sign, want * sign, gap
 
 
 def _convergents(r, limit):

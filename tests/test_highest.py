@@ -9,8 +9,13 @@ import jax.numpy as jnp
 import mpmath
 import numpy as np
 import pytest
-from exhaustive import correctly_rounded, exact_is_normal, near_midpoint_diff_dst
-from helpers import seed_of
+from exhaustive import (
+    correctly_rounded,
+    exact_is_normal,
+    near_midpoint_diff_dst,
+    near_midpoint_softplus,
+)
+from helpers import dtype_id, seed_of
 from jax import export
 
 from jax_softplus import (
@@ -307,3 +312,43 @@ def test_specials_at_highest():
     zero = jax.jit(lambda s, d, b: softplus_backward(s, d, b, accuracy=HIGHEST))
     np.testing.assert_array_equal(zero(src[3:6], dd[:3], F32(0)), dd[:3] / 2)
     assert jax.jit(lambda x, b: softplus(x, b, accuracy=HIGHEST))(F32(1), F32(0)) == inf
+
+
+@pytest.mark.parametrize("dtype", [F32, jnp.bfloat16, np.float16], ids=dtype_id)
+def test_softplus_near_a_midpoint_takes_the_double_double_step(dtype):
+    # The forward op's twin of the backward test above: random inputs reach
+    # step 3 about once in 2**24 elements, these (`near_midpoint_softplus`,
+    # each with its own beta) mostly do for float32, and some lie within
+    # 2**-53 of the midpoint, where the float64 value is the midpoint
+    # itself. For the half types a float32 beta cannot bring a result that
+    # close (2**-42 at best): float64 decides them, near the boundary.
+    bits = {F32: 24, jnp.bfloat16: 8, np.float16: 11}[dtype]
+    n = 160 if dtype == F32 else 48
+    rng = np.random.default_rng(seed_of("forward near midpoints", bits))
+    x, beta, want, gap = near_midpoint_softplus(n, rng, bits)
+    xs = jnp.asarray(x.astype(F32)).astype(dtype)
+    betas = jnp.asarray(beta.astype(F32))
+    assert np.array_equal(np.asarray(xs, np.float64), x)
+    per_example = jax.vmap(lambda v, b: softplus(v, b, accuracy=HIGHEST))
+    got = per_example(xs, betas)
+    assert got.dtype == dtype
+    _check(got, (want, None, want), dtype)
+    # One beta per call too, on the closest few (the scalar-beta route).
+    for i in np.argsort(gap)[:6]:
+        one = softplus(xs[i], betas[i], accuracy=HIGHEST)
+        assert float(one) == want[i], (x[i], beta[i], float(one), want[i])
+    # ... and the default, not correctly rounded, misses some.
+    default = np.asarray(jax.vmap(softplus)(xs, betas), np.float64)
+    assert np.any(default != want)
+    # What the inputs reach: step 3 for most float32 ones, and the midpoint
+    # itself in float64 for a few.
+    if dtype == F32:
+        with jax.enable_x64(True):
+            value = jax.jit(_highest.softplus_value)(xs, betas)
+            _, doubt = jax.jit(
+                lambda v: _highest._rounded(v, _highest.ERROR["forward"], F32)
+            )(value)
+        assert int(np.sum(doubt)) > n // 2
+        assert np.sum(gap < 2.0**-53) >= 3, np.log2(np.sort(gap)[:4])
+    else:
+        assert gap.max() < 2.0**-30

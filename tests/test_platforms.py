@@ -67,6 +67,12 @@ if MECHANISM == "hiprim":  # JAX 0.8's softplus has no forward mode
 _F64_OP = re.compile(r"tensor<[0-9x]*f64>")
 
 
+def _without_locations(module):
+    """A module's text without its source locations (they name the
+    caller's line, and their numbering follows what was traced before)."""
+    return re.sub(r"#loc\d+", "#loc", re.sub(r"^#loc.*\n", "", module, flags=re.M))
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_each_route_exports_for_every_platform_with_its_evaluation(route):
     fun, families = ROUTES[route]
@@ -113,6 +119,34 @@ def test_lowered_as_changes_what_the_cpu_lowers_and_restores_it():
             assert "f64" in text()
         assert "f64" not in text()
     assert text() == here
+
+
+def test_lowered_as_leaves_other_platforms_lowerings_unchanged():
+    # Each context changes what the CPU lowers, never what an export for
+    # another platform gets: the derivative families and HIGHEST keep
+    # float64 for CUDA and ROCm, and a TPU gets none.
+    highest = jax.lax.AccuracyMode.HIGHEST
+
+    def fun(x, d, b):
+        return jax.grad(_sum(softplus), 1)(x, b) + softplus_backward(
+            x, d, b, accuracy=highest
+        )
+
+    def modules():
+        out = {
+            p: export.export(jax.jit(fun), platforms=(p,))(SPEC, SPEC, BETA)
+            for p in ("cuda", "rocm")
+        }
+        route = ROUTES["grad in beta"][0]
+        out["tpu"] = export.export(jax.jit(route), platforms=("tpu",))(SPEC, SPEC, BETA)
+        return {p: _without_locations(m.mlir_module()) for p, m in out.items()}
+
+    outside = modules()
+    for platform, module in outside.items():
+        assert bool(_F64_OP.search(module)) == (platform != "tpu"), platform
+    for context in jst.PLATFORMS:
+        with jst.lowered_as(context):
+            assert modules() == outside, context
 
 
 # The points where the TPU evaluation (float32 compute in float32) and the
