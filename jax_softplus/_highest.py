@@ -60,9 +60,10 @@ _PENDING = {
 
 
 def _fused(v):
-    """v (a quotient) through an opaque `+ 0`: the division then has one
-    consumer, and XLA fuses it with the rest of the loop."""
-    return v + _math64._opaque(0.0)
+    """v (a quotient) through an opaque `- 0`: the division then has one
+    consumer, and XLA fuses it with the rest of the loop. (`- 0`, not
+    `+ 0`, which would turn -0.0 into +0.0.)"""
+    return v - _math64._opaque(0.0)
 
 
 def _exp_neg(a):
@@ -118,8 +119,9 @@ def softplus_value(x, beta):
     log = lax.select(scale < 2.0**-60, e, log)
     q = _fused(log / b)
     out = lax.select(t > 0, xs + q, q)
-    # beta = 0 (traced): softplus diverges, inf as the default kernel gives.
-    return lax.select(b == 0, lax.full_like(out, np.inf), out)
+    # beta = +-0 (traced, or subnormal): ln 2 / beta, +-inf by the zero's
+    # sign, and NaN for an infinite or NaN x (0 x), as the default kernel.
+    return lax.select(b == 0, (xs * 0.0 + np.log(2.0)) / b, out)
 
 
 def _rounded(v, error, dtype):

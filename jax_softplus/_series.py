@@ -55,13 +55,27 @@ def _bernoulli(count):
 
 
 @functools.cache
-def tanh_series(terms):
-    """Coefficients of tanh(y) = sum c_n y**(2n-1), n = 1..terms."""
+def _tanh_coefficients(terms):
     b = _bernoulli(2 * terms + 1)
     return tuple(
-        float(2 ** (2 * n) * (2 ** (2 * n) - 1) * b[2 * n] / math.factorial(2 * n))
+        2 ** (2 * n) * (2 ** (2 * n) - 1) * b[2 * n] / math.factorial(2 * n)
         for n in range(1, terms + 1)
     )
+
+
+@functools.cache
+def tanh_series(terms):
+    """Coefficients of tanh(y) = sum c_n y**(2n-1), n = 1..terms."""
+    return tuple(float(c) for c in _tanh_coefficients(terms))
+
+
+@functools.cache
+def tanh_coefficient_word(n, dtype):
+    """c_n of `tanh_series` as a double word (hi, lo) of `dtype` (a NumPy
+    dtype)."""
+    exact = _tanh_coefficients(n)[n - 1]
+    hi = dtype.type(exact)
+    return float(hi), float(dtype.type(exact - Fraction(float(hi))))
 
 
 def dbeta_terms(k):

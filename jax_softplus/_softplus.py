@@ -7,6 +7,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
@@ -314,10 +315,16 @@ def _complex(x, beta, accuracy):
         )
     if not _compat.is_tracer(checked) and float(checked) == 1.0:
         return jax.nn.softplus(x)
-    # beta as x's complex dtype (zero imaginary part): JAX's strict
-    # promotion mixes no float32 with complex64.
-    b = jnp.asarray(checked, real).astype(x.dtype)
-    return jnp.logaddexp(b * x, jnp.zeros((), x.dtype)) / b
+    # beta real, each part scaled alone: a complex beta's zero imaginary
+    # part times an infinite real part of x made NaN (0 * inf), where
+    # jax.nn.softplus(-inf + 0j) is 0.
+    b = jnp.asarray(checked, real)
+
+    def scaled(z, f):
+        return lax.complex(f(lax.real(z), b), f(lax.imag(z), b))
+
+    y = jnp.logaddexp(scaled(x, lax.mul), jnp.zeros((), x.dtype))
+    return scaled(y, lax.div)
 
 
 def _traced(x, beta, hints, accuracy):

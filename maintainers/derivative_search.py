@@ -191,6 +191,144 @@ def _refine(route, name, entry):
     return float(exact[name][0]), float(s), float(b), float(d)
 
 
+# float64 data ------------------------------------------------------------------
+# Every platform evaluates float64 data alike (`_narrow` in float64), so one
+# lowering serves. The screen and the reference are mpmath's (60 digits).
+_F64 = np.float64
+# |t| below which tau = tanh(t / 2) comes from its series, where a reviewer
+# found 1.02 ulp; and ranges of log10 |beta|, taken in turn.
+_SERIES = 1.4
+_BETAS64 = ((-0.03, 0.03), (-3.0, -0.03), (0.03, 3.0))
+
+
+def _scaled(name):
+    """Whether diff_dst scales the quantity (the backward op's, not in
+    diff_dst): then an adversarial diff_dst can place its result."""
+    fun, (_, _, r) = QUANTITIES[name]
+    return fun == "backward" and r == 0
+
+
+def errors64(route, names, src, beta, dd, refs):
+    """{name: error per element in float64 ulps} (NaN where the exact value
+    is not normal) of the library against `refs` (exact values at these
+    diff_dst, as `references.exact_derivatives` gives them). One jit per
+    route: every quantity of it is evaluated, `names` are measured."""
+    fn = routes.compiled(route, tuple((n, *QUANTITIES[n]) for n in ROUTES[route]))
+    # Padded to a power of two: the local search's batches vary in size,
+    # and each size would compile again.
+    size = 1 << max(8, (src.size - 1).bit_length())
+    pad = size - src.size
+    with jax.enable_x64(True):
+        x, d = (
+            jnp.asarray(np.pad(v, (0, pad), constant_values=1.0)) for v in (src, dd)
+        )
+        got = fn(x, jnp.asarray(_F64(beta)), d)
+        got = {n: np.asarray(v)[: src.size] for n, v in got.items()}
+    out = {}
+    for name in names:
+        ref, scale = refs[name]
+        e = np.full(src.size, np.nan)
+        normal = references.normal_exact(ref, _F64)
+        e[normal] = references.derivative_error(got[name], ref, scale, _F64)
+        out[name] = e
+    return out
+
+
+def _times(refs, dd):
+    """The exact values `refs` (at diff_dst 1) times diff_dst, as pairs."""
+    import mpmath
+
+    out = np.empty(len(dd), complex)
+    with mpmath.workdps(60):
+        for k, (v, d) in enumerate(zip(refs, dd, strict=True)):
+            hi = float(np.real(v))
+            exact = mpmath.mpf(hi)
+            if hi and np.isfinite(hi):
+                exact += mpmath.mpf(float(np.imag(v))) * references._ulp64(hi)
+            out[k] = references._pair(exact * mpmath.mpf(float(d)))
+    return out
+
+
+def _draw64(n, beta, rng):
+    """src for one beta: half of t in the tanh series' range, a quarter near
+    the families' switch points, a quarter within |t| < 40."""
+    parts = [
+        rng.uniform(-_SERIES, _SERIES, n // 2),
+        _search.near(SWITCHES[:8], n // 4, rng, relative=1e-9, ulps=2**30),
+    ]
+    parts.append(rng.uniform(-40, 40, n - sum(len(q) for q in parts)))
+    return (np.concatenate(parts) / beta).astype(_F64)
+
+
+def _below_a_power_of_two(exact, rng):
+    """diff_dst that puts diff_dst * exact just below a power of two, where
+    an ulp is smallest against the value: the evaluation's own error, plus
+    up to half an ulp of rounding, reads largest there."""
+    k = np.floor(np.log2(np.abs(exact))) + rng.integers(-3, 4, exact.size)
+    u = np.exp2(-rng.uniform(20, 50, exact.size))
+    with np.errstate(all="ignore"):
+        dd = (np.exp2(k + 1) * (1 - u) / exact).astype(_F64)
+    return np.where(np.isfinite(dd) & (dd != 0), dd, 1.0)
+
+
+def search64(budget, n, rng, log, tries=8):
+    """{(route, name): (max error, src, beta, diff_dst)} for float64 data
+    over `budget` betas (1, then log-uniform over `_BETAS64`: near 1 and
+    1e-3..1e3, either sign),
+    `n` points each, against mpmath: where diff_dst scales the quantity,
+    at `tries` diff_dst per point that put the result just below a power of
+    two; elsewhere at diff_dst 1, then a local search of src from the
+    worst points."""
+    worst = {}
+    for i in range(budget):
+        lo, hi = _BETAS64[i % len(_BETAS64)]
+        beta = 1.0 if i == 0 else float(10.0 ** rng.uniform(lo, hi))
+        beta *= float(rng.choice([-1, 1])) if i else 1.0
+        src = _draw64(n, beta, rng)
+        ones = np.ones_like(src)
+        unit = references.exact_derivatives(
+            {q: QUANTITIES[q] for q in QUANTITIES}, src, _F64(beta), ones
+        )
+        for route, names in ROUTES.items():
+            trials = [(names, ones, unit)]
+            for name in filter(_scaled, names):
+                for _ in range(tries):
+                    dd = _below_a_power_of_two(np.real(unit[name][0]), rng)
+                    ref = (_times(unit[name][0], dd), unit[name][1] * np.abs(dd))
+                    trials.append(((name,), dd, {name: ref}))
+            for chosen, dd, refs in trials:
+                for name, e in errors64(route, chosen, src, beta, dd, refs).items():
+                    if not np.any(np.isfinite(e)):
+                        continue
+                    top = np.argsort(np.nan_to_num(e, nan=-1))[-4:]
+                    entry = worst.setdefault((route, name), [])
+                    entry += [(float(e[j]), src[j], beta, dd[j]) for j in top]
+                    entry.sort(key=lambda v: -v[0])
+                    del entry[8:]
+        if log and (i + 1) % 5 == 0:
+            top = max(worst.items(), key=lambda kv: kv[1][0][0])
+            log(f"float64: {i + 1}/{budget} betas, worst {top[1][0][0]:.3f} ({top[0]})")
+    out = {}
+    for (route, name), entry in worst.items():
+        best = max(entry, key=lambda v: v[0])
+        if not _scaled(name):
+            for _, s, b, _ in entry[:4]:
+
+                def err(inputs, b=b, route=route, name=name):
+                    x = inputs["src"]
+                    ones = np.ones_like(x)
+                    refs = references.exact_derivatives(
+                        {name: QUANTITIES[name]}, x, _F64(b), ones
+                    )
+                    return errors64(route, (name,), x, b, ones, refs)[name]
+
+                e, at = _search.refine(err, {"src": np.array([s])}, _F64, rounds=2)
+                if e > best[0]:
+                    best = (float(e), float(at["src"]), b, 1.0)
+        out[(route, name)] = tuple(float(v) for v in best)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/derivative_search.py",
@@ -201,6 +339,12 @@ def main(argv=None):
     p.add_argument("-n", type=int, default=4096, help="points per beta")
     p.add_argument(
         "--platforms", default=",".join(PLATFORMS), help="comma list of platforms"
+    )
+    p.add_argument(
+        "--float64",
+        action="store_true",
+        help="search float64 data instead (every platform evaluates it alike): "
+        "diff_dst chosen to put each result just below a power of two",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the maxima as JSON")
@@ -223,8 +367,13 @@ def main(argv=None):
 
     rng = np.random.default_rng(args.seed)
     results = {}
+    if args.float64:
+        platforms = ["float64"]
     for platform in platforms:
-        found = search(platform, args.budget, args.n, rng, log)
+        if platform == "float64":
+            found = search64(args.budget, args.n, rng, log)
+        else:
+            found = search(platform, args.budget, args.n, rng, log)
         for (route, name), (e, s, b, d) in sorted(found.items()):
             print(
                 f"{platform:5} {route:8} {name:15} {e:10.3f} ulp  "
@@ -251,14 +400,20 @@ def main(argv=None):
             json.dump(data, f, indent=1)
     if args.tables:
         os.makedirs(args.tables, exist_ok=True)
-        with open(os.path.join(args.tables, "derivative-search.json"), "w") as f:
+        name = "derivative-search-f64" if args.float64 else "derivative-search"
+        with open(os.path.join(args.tables, f"{name}.json"), "w") as f:
             json.dump(data, f, indent=1)
-        with open(os.path.join(args.tables, "derivative-search.md"), "w") as f:
+        with open(os.path.join(args.tables, f"{name}.md"), "w") as f:
             f.write(markdown(data, args.tables))
     return results
 
 
-_NAMES = {"cpu": "CPU", "cuda": "CUDA/ROCm lowering", "tpu": "TPU lowering"}
+_NAMES = {
+    "cpu": "CPU",
+    "cuda": "CUDA/ROCm lowering",
+    "tpu": "TPU lowering",
+    "float64": "float64, every platform",
+}
 
 
 def markdown(data, directory) -> str:
@@ -268,15 +423,31 @@ def markdown(data, directory) -> str:
     platforms = list(results)
     rows = list(dict.fromkeys(q for p in platforms for q in results[p]))
     points = data["budget"] * data["n"] * len(platforms)
+    if platforms == ["float64"]:
+        what = (
+            f"`python maintainers/derivative_search.py --float64 --tables "
+            f"{directory}`. float64 data (one evaluation on every platform), "
+            f"{data['budget']:,} betas (1, then log-uniform over 1e-3..1e3, "
+            f"either sign), {data['n']:,} points each (half of t in the tanh "
+            "series' range |t| < 1.4, a quarter near the switch points), against "
+            "mpmath; where diff_dst scales a quantity, 8 diff_dst per point put "
+            "the result just below a power of two (where an ulp is smallest "
+            "against the value), elsewhere the worst points are walked to their "
+            "neighbours. Max error in float64 ulps:\n"
+        )
+    else:
+        what = (
+            f"`python maintainers/derivative_search.py --tables {directory}`. "
+            f"float32 data, {data['budget']:,} random betas per platform "
+            "(log-uniform over the whole normal range, either sign), "
+            f"{data['n']:,} points each (about {points / 1e6:.0f} million in "
+            "all), screened in float64, the worst walked to their neighbours and "
+            "confirmed in mpmath. Max error in ulps (of the sum of the terms' "
+            "magnitudes where a derivative has a zero of its own):\n"
+        )
     out = [
         f"Measured on {data['machine']}, in {data['minutes']:.0f} minutes; written "
-        f"by `python maintainers/derivative_search.py --tables {directory}`. "
-        f"float32 data, {data['budget']:,} random betas per platform (log-uniform "
-        f"over the whole normal range, either sign), {data['n']:,} points each "
-        f"(about {points / 1e6:.0f} million in all), screened in float64, the worst "
-        "walked to their neighbours and confirmed in mpmath. Max error in ulps "
-        "(of the sum of the terms' magnitudes where a derivative has a zero of its "
-        "own):\n",
+        f"by {what}",
         "| quantity (route) | " + " | ".join(_NAMES[p] for p in platforms) + " |",
         "|---|" + "---:|" * len(platforms),
     ]

@@ -151,6 +151,21 @@ def test_complex_is_jax_nn_softplus(value):
         softplus(z, accuracy=jax.lax.AccuracyMode.HIGHEST)
 
 
+def test_complex_infinities_with_a_traced_beta():
+    # A traced beta was made complex (zero imaginary part) and multiplied x:
+    # 0 * inf made softplus(-inf + 0j, b) NaN + NaNj where jax.nn.softplus
+    # gives 0. Each part is scaled by the real beta now.
+    z = jnp.array([-jnp.inf + 0j, jnp.inf + 0j, -jnp.inf + 2j, 1 - 2j], jnp.complex64)
+    want = jax.nn.softplus(z)
+    got = jax.jit(softplus)(z, jnp.float32(1))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(softplus(z[:1], jnp.float32(2.0)), 0)
+    # Away from the infinities, the traced and concrete betas agree.
+    np.testing.assert_allclose(
+        jax.jit(softplus)(z[3:], jnp.float32(2.0)), softplus(z[3:], 2.0), rtol=1e-6
+    )
+
+
 @forward_mode
 def test_linearize_of_vmap_with_a_per_example_beta():
     x, betas = jnp.asarray([-1.0, 0.5, 2.0]), jnp.asarray([1.7, -0.5])

@@ -46,7 +46,8 @@ SETTINGS = settings(
 # are the backward kernel itself (d softplus / dx, d softplus_backward /
 # d diff_dst: its 2 ulp); on TPUs in float32 double words (1.43 ulp at worst
 # in maintainers/derivative_search.py, 1.31 in the accuracy tool); float64
-# derivatives in float64 double words everywhere (0.79).
+# derivatives in float64 double words everywhere (0.67 with diff_dst chosen
+# against them in maintainers/derivative_search.py --float64).
 KERNEL = ("softplus d100", "backward d001")
 
 
@@ -54,7 +55,7 @@ def level(name, dtype, platform="cpu"):
     if name in KERNEL:
         return 2.0
     if np.dtype(dtype) == np.float64:
-        return 1.0
+        return 0.8
     return 1.5 if platform == "tpu" else 0.51
 
 

@@ -297,6 +297,39 @@ def test_tpus_are_told_at_lowering_gpus_get_float64():
             f(jnp.ones(8))
 
 
+@pytest.mark.parametrize("dtype", [F32, jnp.bfloat16, np.float16], ids=dtype_id)
+def test_special_values_are_the_defaults(dtype):
+    # One rule for every accuracy (docs/tables/specials.md): the sign of a
+    # zero diff_dst, beta = +-0 (ln 2 / beta: +-inf), a NaN or infinite x
+    # at beta 0 (NaN), and NaN inputs. HIGHEST returned +0.0 for a -0.0
+    # diff_dst, +inf for every x at beta = -0.0 and for NaN x at beta 0.
+    inf, nan = np.inf, np.nan
+    specials = np.array([nan, inf, -inf, 0.0, -0.0, 1.0, -3.0, 1e4], F32)
+    src, dd = (v.ravel() for v in np.meshgrid(specials, specials))
+    src, dd = src.astype(dtype), dd.astype(dtype)
+    f = jax.jit(lambda x, b, a: softplus(x, b, accuracy=a), static_argnums=2)
+    g = jax.jit(
+        lambda s, d, b, a: softplus_backward(s, d, b, accuracy=a), static_argnums=3
+    )
+
+    def same(a, b):
+        """Alike wherever either is special (finite nonzero values differ
+        by the default's rounding)."""
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        special = ~np.isfinite(a) | ~np.isfinite(b) | (a == 0) | (b == 0)
+        both = np.isnan(a) & np.isnan(b)  # NaN of any sign
+        alike = both | ((a == b) & (np.signbit(a) == np.signbit(b)))
+        return np.all(alike | ~special) and np.any(special)
+
+    for beta in (0.0, -0.0, 1e-40, -1e-40, 1.5, -2.0):
+        b = F32(beta)
+        assert same(f(src, b, HIGHEST), f(src, b, None)), beta
+        assert same(g(src, dd, b, HIGHEST), g(src, dd, b, None)), beta
+    assert float(f(F32(1.0), F32(-0.0), HIGHEST)) == -inf
+    assert np.isnan(float(f(F32(inf), F32(0.0), HIGHEST)))
+    assert np.signbit(float(g(F32(1.0), F32(-0.0), F32(1.0), HIGHEST)))
+
+
 def test_specials_at_highest():
     inf, nan = np.inf, np.nan
     src = np.array([inf, -inf, nan, 0.0, -0.0, 5.0, -200.0, 1e30], F32)

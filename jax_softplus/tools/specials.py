@@ -7,9 +7,10 @@ convention or a sign: an infinite `src` (or `x`), NaN, -0.0, beta = 0, a
 subnormal beta (read as 0, concrete or traced) and a tiny beta, an infinite
 `diff_dst`. Each cell is the exact value there (0 exactly, never NaN, where
 the exact derivative is 0; NaN where it is 0 * inf or NaN). The tool
-evaluates every cell in float32 and float64, with beta concrete (where the
-quantity leaves it so) and traced, and prints the table with a check mark
-per cell that holds in every one of those; `--tables DIR` writes it for the
+evaluates every cell in float32 and float64, at the default accuracy and at
+HIGHEST, with beta concrete (where the quantity leaves it so) and traced,
+and prints the table with a check mark per cell that holds in every one of
+those; `--tables DIR` writes it for the
 docs. A cell holds when the value is the expected special (0 of either
 sign, inf of the expected sign, NaN) or within 4 ulp of an expected finite
 value.
@@ -18,6 +19,8 @@ value.
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import math
 import os
 import sys
@@ -121,6 +124,23 @@ _BACKWARD_ROWS = (
             ZERO,
         ),
     ),
+    Row(
+        "beta = -0.0 (and negative subnormal beta)",
+        X,
+        DD,
+        -0.0,
+        (
+            ("dd / 2", DD / 2),
+            ZERO,
+            ("dd src / 4", DD * X / 4),
+            ("1/2", 0.5),
+            ZERO,
+            ("dd / 4", DD / 4),
+            ZERO,
+            ("-dd src^3 / 8", -DD * X**3 / 8),
+            ZERO,
+        ),
+    ),
     Row("beta = 0, src = +-inf", INF, DD, 0.0, (NAN_,) * 9),
     Row(
         "beta = 1e-30 (tends to beta = 0)",
@@ -207,19 +227,53 @@ _FORWARD_ROWS = (
         ),
         refused=True,
     ),
+    # ln 2 / beta: the limit from beta's side of 0.
+    Row(
+        "beta = -0.0 (and negative subnormal beta), traced",
+        X,
+        1.0,
+        -0.0,
+        (
+            ("-inf", -INF),
+            ("1/2", 0.5),
+            ("-inf", -INF),
+            ZERO,
+            ("x / 4", X / 4),
+            ("diverges", None),
+            ("diverges", None),
+        ),
+        refused=True,
+    ),
+    Row(
+        "beta = 0, x = +-inf, traced",
+        INF,
+        1.0,
+        0.0,
+        (NAN_, NAN_, NAN_, NAN_, NAN_, ("diverges", None), ("diverges", None)),
+        refused=True,
+    ),
 )
 
 
-def _functions():
+# Each cell is checked at both accuracies: the rules are the same.
+ACCURACIES = (None, "HIGHEST")
+
+
+@functools.cache
+def _functions(accuracy):
     import jax_softplus
 
+    level = None if accuracy is None else getattr(jax.lax.AccuracyMode, accuracy)
     return (
-        ("backward", lambda s, b, d: jax_softplus.softplus_backward(s, d, b)),
-        ("softplus", lambda x, b, d: jax_softplus.softplus(x, b)),
+        (
+            "backward",
+            lambda s, b, d: jax_softplus.softplus_backward(s, d, b, accuracy=level),
+        ),
+        ("softplus", lambda x, b, d: jax_softplus.softplus(x, b, accuracy=level)),
     )
 
 
-def _evaluate(fun, columns, xs, dds, beta, dtype, traced):
+def _evaluate(fun, columns, xs, dds, beta, dtype, traced, accuracy=None):
     """{column index: values or the exception's name} for the elements
     (xs, dds) at one beta: one jit for every column that can be compiled
     together, beta its argument (traced) or a constant closed over."""
@@ -228,7 +282,7 @@ def _evaluate(fun, columns, xs, dds, beta, dtype, traced):
     d = jnp.asarray(np.asarray(dds, dtype))
 
     def run(names):
-        f = derivatives.compiled("grad", names, _functions())
+        f = derivatives.compiled("grad", names, _functions(accuracy))
         if traced:
             return f(x, jnp.asarray(beta, dtype), d)
         return jax.jit(lambda x, d: f.__wrapped__(x, beta, d))(x, d)
@@ -271,26 +325,38 @@ def _holds(got, expected, dtype):
 
 
 def _betas(row, dtype):
-    """The betas a row stands for: 0 stands for subnormal betas too."""
+    """The betas a row stands for: a zero stands for the subnormal betas of
+    its sign too."""
     if row.beta == 0.0:
-        return (0.0, SUB[np.dtype(dtype)])
+        sign = math.copysign(1.0, row.beta)
+        return (row.beta, sign * SUB[np.dtype(dtype)])
     return (row.beta,)
 
 
-def check(fun, columns, rows, log: Callable | None = None, dtypes=DTYPES):
+def check(
+    fun,
+    columns,
+    rows,
+    log: Callable | None = None,
+    dtypes=DTYPES,
+    accuracies=ACCURACIES,
+):
     """[(row, [(text, holds, failures)])]: each cell checked in each of
-    `dtypes`, with beta concrete and traced (a refused concrete beta must
-    raise ValueError)."""
+    `dtypes` and `accuracies` (None, "HIGHEST"), with beta concrete and
+    traced (a refused concrete beta must raise ValueError)."""
     fails: dict = {(row.label, k): [] for row in rows for k in range(len(columns))}
-    for dtype in dtypes:
+    for dtype, accuracy in itertools.product(dtypes, accuracies):
         with x64(dtype == np.float64):
             groups: dict = {}
             for row in rows:
                 for beta in _betas(row, dtype):
-                    groups.setdefault(beta, []).append(row)
-            for beta, group in groups.items():
+                    # -0.0 == 0.0: grouped by the sign of zero too.
+                    groups.setdefault((beta, math.copysign(1, beta)), []).append(row)
+            for (beta, _), group in groups.items():
                 for traced in (False, True):
                     mode = "traced" if traced else "concrete"
+                    if accuracy:
+                        mode += f", accuracy {accuracy}"
                     if log:
                         log(f"{fun} {np.dtype(dtype).name} beta={beta!r} {mode}")
                     got = _evaluate(
@@ -301,6 +367,7 @@ def check(fun, columns, rows, log: Callable | None = None, dtypes=DTYPES):
                         beta,
                         dtype,
                         traced,
+                        accuracy,
                     )
                     for i, row in enumerate(group):
                         for k, (pqr, _) in enumerate(columns):
@@ -360,9 +427,11 @@ TABLES = (
     ),
 )
 HEADER = (
-    "in float32 and float64, with beta concrete and traced (a subnormal beta "
-    "included where a row says beta = 0); 0 is 0 of either sign. s(t) is "
-    "the sigmoid at t = beta src."
+    "in float32 and float64, at the default accuracy and at "
+    "`accuracy=jax.lax.AccuracyMode.HIGHEST` alike, with beta concrete and "
+    "traced (a subnormal beta of the zero's sign included where a row says "
+    "beta = 0 or -0.0); a 0 cell is 0 of either sign, and NaN is NaN of any "
+    "sign. s(t) is the sigmoid at t = beta src."
 )
 
 
