@@ -46,12 +46,22 @@ print("ok")
 """
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trials", type=int, default=8)
-    p.add_argument("--block", action="store_true")
-    p.add_argument("--timeout", type=float, default=60.0)
-    args = p.parse_args()
+def main(argv=None):
+    from jax_softplus.tools._common import positive_float, positive_int
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trials", type=positive_int, default=8, help="subprocesses")
+    p.add_argument(
+        "--block", action="store_true", help="block on each step (the workaround)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=120.0,
+        help="seconds after which a trial counts as hung (jaxlib aborts a "
+        "deadlocked one after about a minute)",
+    )
+    args = p.parse_args(argv)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
     clean = 0
     for i in range(args.trials):
@@ -66,6 +76,8 @@ def main():
             )
             ok = r.returncode == 0 and r.stdout.strip() == "ok"
             status = "ok" if ok else f"failed (exit {r.returncode})"
+            if r.returncode == -6:
+                status = "aborted (SIGABRT: the rendezvous deadlocked)"
         except subprocess.TimeoutExpired:
             ok, status = False, f"hung for {args.timeout:.0f} s"
         clean += ok

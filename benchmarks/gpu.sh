@@ -20,7 +20,7 @@
 # pure Python, no install:
 #   bash benchmarks/gpu.sh [OUT_DIR]
 # GPU_SH_QUICK=1 runs every step at toy sizes, on any machine (a check of
-# the script itself, not a measurement).
+# the script itself, not a measurement: about 3 minutes on 2 CPU cores).
 set -uo pipefail
 out="${1:-${OUT:-gpu-results}}"
 res="$out/results"
@@ -29,13 +29,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 started=$SECONDS
 if [ "${GPU_SH_QUICK:-0}" = 1 ]; then
-    size=$((1 << 20)) floor_args="--iters 2 --rounds 2 --step-rounds 2"
-    bench_sizes=64K derivatives=64K repeats=2
-    accuracy_args="--quick -n 2000 --n64 100 --nd 64"
-    tests="tests/test_platforms.py"
+    size=$((1 << 16)) floor_args="--iters 2 --rounds 2 --step-rounds 2"
+    bench_sizes=64K derivatives=64K repeats=2 bench_dtypes=f32
+    accuracy_args="--quick -n 2000 --n64 100 --nd 8 --dtypes f32,f64"
+    tests="tests/test_platforms.py -k lowered_as"
 else
     size=$((256 << 20)) floor_args="" bench_sizes=16M,256M derivatives=16M
-    repeats=5 accuracy_args="-n 200000 --n64 1000 --nd 300"
+    repeats=5 bench_dtypes=f32,bf16,f16
+    accuracy_args="-n 200000 --n64 1000 --nd 300"
     tests="tests/test_backward.py tests/test_forward.py tests/test_autodiff.py
         tests/test_derivatives.py tests/test_higher_order.py
         tests/test_platforms.py tests/test_specials.py tests/test_vmap.py
@@ -58,7 +59,7 @@ timeout 130 python3 benchmarks/gpu_bench.py --size "$size" $floor_args \
 
 step "bench rows"
 timeout 150 python3 -m jax_softplus.tools.bench --sizes "$bench_sizes" \
-    --dtypes f32,bf16,f16 --repeats "$repeats" --no-torch --user-jit \
+    --dtypes "$bench_dtypes" --repeats "$repeats" --no-torch --user-jit \
     --derivatives "$derivatives" --eager --tables "$res/bench" 2>&1 \
     | tee "$res/bench.txt"
 

@@ -34,7 +34,12 @@ import numpy as np
 
 from jax_softplus import _kernels, _math, softplus_backward_inplace
 from jax_softplus._validate import BetaHints
-from jax_softplus.tools._common import DTYPES, naive_backward
+from jax_softplus.tools._common import (
+    DTYPES,
+    comma_list,
+    naive_backward,
+    positive_int,
+)
 from jax_softplus.tools.bench import mlp_step, train_step_activations
 
 
@@ -210,9 +215,13 @@ def render(json_path, directory):
     run = path.parent
     data = json.loads(path.read_text())
     gpu = (run / "gpu.txt").read_text().splitlines()
-    name = gpu[1].split(",")[0] if len(gpu) > 1 else "a GPU"
+    # nvidia-smi's CSV: a header, then name, memory, clock per GPU.
+    if len(gpu) > 1 and gpu[0].startswith("name"):
+        where = f"one {gpu[1].split(',')[0]}"
+    else:
+        where = "a machine without nvidia-smi (a GPU_SH_QUICK check, not a GPU)"
     where = (
-        f"Measured on one {name}, jax {data['jax']}, by `bash benchmarks/gpu.sh` "
+        f"Measured on {where}, jax {data['jax']}, by `bash benchmarks/gpu.sh` "
         f"(`{run.as_posix()}`); written by `python benchmarks/gpu_bench.py "
         f"--render {path.as_posix()} --tables {directory}`. Every method writes "
         "over a donated buffer; each share is of a donated `a*b`'s bandwidth "
@@ -239,15 +248,17 @@ def render(json_path, directory):
     (Path(directory) / "gpu.md").write_text(text)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=256 << 20)
-    p.add_argument("--dtypes", default="f32,bf16,f16")
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=5)
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--size", type=positive_int, default=256 << 20, help="elements per array"
+    )
+    p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
+    p.add_argument("--iters", type=positive_int, default=20, help="calls per round")
+    p.add_argument("--rounds", type=positive_int, default=5, help="interleaved rounds")
     p.add_argument(
         "--step-rounds",
-        type=int,
+        type=positive_int,
         default=100,
         help="interleaved rounds of the MLP step",
     )
@@ -257,13 +268,14 @@ def main():
         "--render", metavar="JSON", help="write --tables DIR/gpu.md from a run's JSON"
     )
     p.add_argument("--tables", metavar="DIR", default="docs/tables")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    dtypes = comma_list(p, "--dtypes", args.dtypes, str, ("f32", "bf16", "f16"))
     if args.render:
         render(args.render, args.tables)
         return
     print("devices:", jax.devices(), "jax", jax.__version__)
     rows = []
-    for name in args.dtypes.split(","):
+    for name in dtypes:
         rows += _run_dtype(name, args.size, args.iters, args.rounds, args.hlo)
     print(f"{'dtype':5} {'method':28} {'median ms':>10} {'GB/s':>8} {'of a*b':>8}")
     for r in rows:

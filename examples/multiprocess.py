@@ -77,10 +77,18 @@ def launch(processes: int, devices: int, timeout: float = 120.0) -> dict:
     ]
     outputs = []
     try:
-        for p in procs:
+        for i, p in enumerate(procs):
             out, err = p.communicate(timeout=timeout)
             if p.returncode != 0:
-                raise RuntimeError(f"process failed ({p.returncode}): {err[-2000:]}")
+                how = (
+                    f"was killed by signal {-p.returncode}"
+                    if p.returncode < 0
+                    else f"exited with {p.returncode}"
+                )
+                raise RuntimeError(
+                    f"process {i} of {processes} {how}; its last output:\n"
+                    f"{(err or out or '(none)')[-2000:]}"
+                )
             outputs.append(out)
     finally:
         for p in procs:
@@ -166,7 +174,7 @@ def run(coordinator: str, num_processes: int, process_id: int) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
         epilog="More devices: --devices N host CPU devices per process, and "
         "--launch K local processes (or --coordinator, --num-processes and "
         "--process-id for processes of your own, one per host).",
@@ -188,11 +196,28 @@ def main(argv=None):
         "--quick", action="store_true", help="the local run (as the other examples)"
     )
     args = p.parse_args(argv)
+    for name in ("launch", "devices", "num_processes"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.process_id is not None and args.process_id < 0:
+        p.error(f"--process-id must be at least 0, got {args.process_id}")
     cluster = (args.coordinator, args.num_processes, args.process_id)
     if any(v is not None for v in cluster) and not all(v is not None for v in cluster):
         p.error("--coordinator, --num-processes and --process-id go together")
+    if args.coordinator is not None and args.process_id >= args.num_processes:
+        p.error(
+            f"--process-id {args.process_id} is not below --num-processes "
+            f"{args.num_processes}"
+        )
     if args.launch is None and args.coordinator is None:
         args.launch = 2  # run bare (or --quick): the local two-process run
+    if args.launch and GLOBAL_BATCH % (args.launch * args.devices):
+        p.error(
+            f"the batch of {GLOBAL_BATCH} rows does not split evenly over "
+            f"{args.launch} processes of {args.devices} devices; choose "
+            "--launch and --devices whose product divides it (1, 2, 4, ..., 64)"
+        )
     if args.launch:
         result = launch(args.launch, args.devices)
         losses = ", ".join(f"{v:.4f}" for v in result["losses"])

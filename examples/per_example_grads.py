@@ -70,7 +70,7 @@ if __name__ == "__main__":
     from _devices import MORE_DEVICES
 
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], epilog=MORE_DEVICES
+        description=__doc__.split("\n\n")[0], epilog=MORE_DEVICES
     )
     parser.add_argument("--quick", action="store_true", help="tiny problem")
     main(parser.parse_args().quick)

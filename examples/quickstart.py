@@ -49,6 +49,8 @@ def main(quick: bool = False) -> dict[str, jax.Array]:
 if __name__ == "__main__":
     from _devices import MORE_DEVICES
 
-    parser = argparse.ArgumentParser(description=__doc__, epilog=MORE_DEVICES)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=MORE_DEVICES
+    )
     parser.add_argument("--quick", action="store_true", help="tiny arrays")
     main(parser.parse_args().quick)

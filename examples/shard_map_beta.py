@@ -92,7 +92,7 @@ def main(quick: bool = False):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], epilog=MORE_DEVICES
+        description=__doc__.split("\n\n")[0], epilog=MORE_DEVICES
     )
     parser.add_argument("--quick", action="store_true", help="30 small steps")
     args = parser.parse_args()

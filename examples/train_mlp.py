@@ -109,7 +109,7 @@ if __name__ == "__main__":
     from _devices import MORE_DEVICES
 
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], epilog=MORE_DEVICES
+        description=__doc__.split("\n\n")[0], epilog=MORE_DEVICES
     )
     parser.add_argument("--quick", action="store_true", help="3 epochs")
     parser.add_argument(
@@ -119,4 +119,8 @@ if __name__ == "__main__":
         "--beta", type=float, default=1.0, help="softplus's beta (default: 1.0)"
     )
     args = parser.parse_args()
+    if args.epochs is not None and args.epochs < 1:
+        parser.error(f"--epochs must be at least 1, got {args.epochs}")
+    if not (0 < abs(args.beta) < float("inf")):
+        parser.error(f"--beta must be a finite nonzero number, got {args.beta}")
     main(args.quick, args.epochs, args.beta)

@@ -37,7 +37,12 @@ from jax_softplus.testing import lowered_as
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as routes
 from jax_softplus.tools import _search
-from jax_softplus.tools._common import machine_line
+from jax_softplus.tools._common import (
+    comma_list,
+    machine_line,
+    non_negative_int,
+    positive_int,
+)
 
 PLATFORMS = ("cpu", "cuda", "tpu")
 _F32 = np.float32
@@ -332,11 +337,13 @@ def search64(budget, n, rng, log, tries=8):
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/derivative_search.py",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--budget", type=int, default=400, help="random betas per platform")
-    p.add_argument("-n", type=int, default=4096, help="points per beta")
+    p.add_argument(
+        "--budget", type=positive_int, default=400, help="random betas per platform"
+    )
+    p.add_argument("-n", type=positive_int, default=4096, help="points per beta")
     p.add_argument(
         "--platforms", default=",".join(PLATFORMS), help="comma list of platforms"
     )
@@ -346,16 +353,13 @@ def main(argv=None):
         help="search float64 data instead (every platform evaluates it alike): "
         "diff_dst chosen to put each result just below a power of two",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the maxima as JSON")
     p.add_argument(
         "--tables", metavar="DIR", help="write derivative-search.md and .json there"
     )
     args = p.parse_args(argv)
-    platforms = [v for v in args.platforms.split(",") if v]
-    for v in platforms:
-        if v not in PLATFORMS:
-            p.error(f"--platforms: {v!r} is none of {', '.join(PLATFORMS)}")
+    platforms = comma_list(p, "--platforms", args.platforms, str, PLATFORMS)
     started = time.perf_counter()
 
     def log(msg):

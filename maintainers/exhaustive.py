@@ -43,7 +43,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.tools._common import machine, machine_line
+from jax_softplus.tools._common import (
+    machine,
+    machine_line,
+    non_negative_int,
+    positive_int,
+)
 
 # The betas the issue names: both signs, powers of two and not, the
 # extremes where the kernels rebalance beta.
@@ -827,13 +832,15 @@ def write_highest_tables(directory, cells, stride, seconds):
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python maintainers/exhaustive.py", description=__doc__.splitlines()[0]
+        prog="python maintainers/exhaustive.py", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("--stride", type=int, default=1, help="every N-th bit pattern")
+    p.add_argument(
+        "--stride", type=positive_int, default=1, help="every N-th bit pattern"
+    )
     p.add_argument("--tables", metavar="DIR", help="write exhaustive.md/.json")
     p.add_argument(
         "--random-betas",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="instead: float32 softplus at N random betas; print the worst",
     )
@@ -851,15 +858,13 @@ def main(argv=None):
     )
     p.add_argument(
         "--near",
-        type=int,
+        type=non_negative_int,
         default=4000,
         metavar="N",
         help="with --accuracy highest: random t per beta for the diff_dst "
         "chosen near a rounding midpoint",
     )
     args = p.parse_args(argv)
-    if args.stride < 1:
-        p.error("--stride must be at least 1")
     if args.accuracy == "highest" and args.random_betas:
         started = time.perf_counter()
         cells = random_betas_highest(args.random_betas, log=_log)

@@ -332,7 +332,7 @@ def float32_coefficients(fit: Fit) -> tuple[np.float32, ...]:
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/fit.py",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
     )
     p.add_argument("names", nargs="*", help="constants to fit (default: all)")
     args = p.parse_args(argv)

@@ -235,7 +235,7 @@ def markdown(results, seconds, machine_text) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python maintainers/mutants.py", description=__doc__.splitlines()[0]
+        prog="python maintainers/mutants.py", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--only", metavar="NAME", help="the mutants whose name holds NAME")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutant")
@@ -247,8 +247,12 @@ def main(argv=None):
         help="skip the unmutated run (which checks that the suite passes first)",
     )
     args = p.parse_args(argv)
+    if not args.timeout > 0:
+        p.error(f"--timeout must be a number of seconds above 0, got {args.timeout}")
     chosen = [m for m in MUTANTS if not args.only or args.only in m.name]
-    if args.list or not chosen:
+    if not chosen:
+        p.error(f"--only: no mutant's name holds {args.only!r} (--list lists them)")
+    if args.list:
         for m in MUTANTS:
             print(f"{m.kind:10} {m.name}")
         return []

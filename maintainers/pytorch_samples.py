@@ -25,7 +25,7 @@ import numpy as np
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.tools import _references as references
-from jax_softplus.tools._common import machine_line, x64
+from jax_softplus.tools._common import machine_line, positive_int, require, x64
 
 
 def samples(draws):
@@ -138,11 +138,14 @@ def markdown(rows, draws, torch_version):
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/pytorch_samples.py",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--draws", type=int, default=64, help="seeds of the samples")
+    p.add_argument(
+        "--draws", type=positive_int, default=64, help="seeds of the samples"
+    )
     p.add_argument("--tables", metavar="DIR", help="write pytorch.md there")
     args = p.parse_args(argv)
+    require("torch", "python maintainers/pytorch_samples.py", p, "pip install torch")
     import torch
 
     print(f"torch {torch.__version__}, jax {jax.__version__}, {args.draws} draws")

@@ -50,10 +50,12 @@ from jax import lax
 from jax_softplus import softplus_backward, softplus_backward_inplace
 from jax_softplus.tools._common import (
     DTYPES,
+    comma_list,
     cpu_count,
     machine,
     machine_line,
     naive_backward,
+    parse_beta,
     parse_dtype,
     print_rows,
     sample_data,
@@ -402,11 +404,11 @@ def _columns(sizes):
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/roofline.py",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
-    p.add_argument("--beta", type=float, default=1.7, help="beta (traced)")
+    p.add_argument("--beta", type=parse_beta, default=1.7, help="beta (traced)")
     p.add_argument(
         "--sizes",
         default="1M,16M,128M",
@@ -420,11 +422,8 @@ def main(argv=None):
         p.error(f"the roofline reads XLA:CPU's code, not {jax.default_backend()}'s")
     if platform.machine().lower() not in ("x86_64", "amd64"):
         p.error(f"the roofline reads x86-64 code; this is {platform.machine()}")
-    try:
-        dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
-        sizes = [parse_size(s) for s in args.sizes.split(",")]
-    except (ValueError, argparse.ArgumentTypeError) as err:
-        p.error(str(err))
+    dtypes = comma_list(p, "--dtypes", args.dtypes, parse_dtype, ("f32", "bf16", "f16"))
+    sizes = comma_list(p, "--sizes", args.sizes, parse_size)
     if len(sizes) != 3:
         p.error(f"--sizes takes three sizes, got {args.sizes!r}")
     try:

@@ -50,14 +50,76 @@ def parse_dtype(text):
     return name
 
 
-def require(module, option, parser):
-    """Fail before any work if `option` needs an optional package that is
-    missing, naming the extra that installs it."""
-    if importlib.util.find_spec(module) is None:
-        parser.error(
-            f"{option} needs {module}, which is not installed: "
-            'pip install -e ".[bench]" from a checkout'
+def positive_int(text):
+    """An argparse type: an integer of at least 1."""
+    return _bounded(text, int, 1, "an integer of at least 1")
+
+
+def non_negative_int(text):
+    """An argparse type: an integer of at least 0."""
+    return _bounded(text, int, 0, "an integer of at least 0")
+
+
+def positive_float(text):
+    """An argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number above 0")
+    return value
+
+
+def parse_beta(text):
+    """A beta given on the command line: finite, nonzero (softplus diverges
+    at 0) and within float32's range."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not (0 < abs(value) <= float(np.finfo(np.float32).max)):
+        raise argparse.ArgumentTypeError(
+            f"beta {text!r} is not a finite nonzero number within float32's range"
         )
+    return value
+
+
+def comma_list(parser, option, text, parse, allowed=None):
+    """The items of `option`'s comma list, each through `parse` (and among
+    `allowed`, if given); an empty list or a bad item is a usage error."""
+    items = [v.strip() for v in (text or "").split(",") if v.strip()]
+    if not items:
+        parser.error(f"{option}: the list is empty; give at least one value")
+    out = []
+    for v in items:
+        try:
+            item = parse(v)
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            parser.error(f"{option}: {err}")
+        if allowed is not None and item not in allowed:
+            parser.error(f"{option}: {v!r} is none of {', '.join(allowed)}")
+        out.append(item)
+    return out
+
+
+def _bounded(text, kind, lowest, what):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < lowest:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
+def require(
+    module, option, parser, install='pip install -e ".[bench]" from a checkout'
+):
+    """Fail before any work if `option` needs an optional package that is
+    missing, naming what installs it."""
+    if importlib.util.find_spec(module) is None:
+        parser.error(f"{option} needs {module}, which is not installed: {install}")
 
 
 def sample_data(n, dtype, seed=0):

@@ -38,10 +38,13 @@ from jax_softplus.tools import _routes as derivatives
 from jax_softplus.tools import _search
 from jax_softplus.tools._common import (
     DTYPES,
+    comma_list,
     machine,
     machine_line,
     naive_backward,
+    parse_beta,
     parse_dtype,
+    positive_int,
     print_rows,
     require,
     to_torch,
@@ -1057,24 +1060,27 @@ QUICK = {"n": 20_000, "n64": 2_000, "nd": 500, "platforms": "cpu"}
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m jax_softplus.tools.accuracy",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="The docs' tables (--tables docs/tables --plot "
         "docs/img/accuracy.png, every platform) take about 25 minutes on 2 "
         "cores; --quick takes about one.",
     )
     p.add_argument(
-        "-n", type=int, default=200_000, help="samples per float32/16 value cell"
+        "-n",
+        type=positive_int,
+        default=200_000,
+        help="samples per float32/16 value cell",
     )
     p.add_argument(
         "--n64",
-        type=int,
+        type=positive_int,
         default=100_000,
         help="samples per float64 value cell (against mpmath, with the search)",
     )
     p.add_argument(
         "--nd",
-        type=int,
+        type=positive_int,
         default=4_000,
         help="samples per derivative cell, each dtype (with the search)",
     )
@@ -1123,20 +1129,10 @@ def main(argv=None):
             flag = f"--{k}" if len(k) > 1 else f"-{k}"
             if flag not in given:
                 setattr(args, k, type(getattr(args, k))(v))
-    try:
-        dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
-        given = getattr(args, "betas", None)
-        betas = (
-            None if given is None else [float(b) for b in given.split(",") if b.strip()]
-        )
-    except (ValueError, argparse.ArgumentTypeError) as err:
-        p.error(str(err))
-    platforms = [v.strip() for v in args.platforms.split(",") if v.strip()]
-    for v in platforms:
-        if v not in PLATFORMS:
-            p.error(f"--platforms: {v!r} is none of {', '.join(PLATFORMS)}")
-    if not platforms:
-        p.error("--platforms names no platform")
+    dtypes = comma_list(p, "--dtypes", args.dtypes, parse_dtype)
+    given = getattr(args, "betas", None)
+    betas = None if given is None else comma_list(p, "--betas", given, parse_beta)
+    platforms = comma_list(p, "--platforms", args.platforms, str, PLATFORMS)
     native = native_platforms()
     if native:
         print(
@@ -1145,11 +1141,6 @@ def main(argv=None):
             file=sys.stderr,
         )
         platforms = list(native)
-    for name in ("n", "n64", "nd"):
-        if getattr(args, name) < 1:
-            p.error(f"-{'-' if len(name) > 1 else ''}{name} must be at least 1")
-    if not dtypes:
-        p.error("--dtypes names no dtype")
     if args.plot:
         require("matplotlib", "--plot", p)
     # What needs mpmath runs where it is installed; elsewhere the rest runs

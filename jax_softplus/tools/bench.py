@@ -47,11 +47,14 @@ from jax_softplus import (
 from jax_softplus._softplus import MECHANISM
 from jax_softplus.tools._common import (
     DTYPES,
+    comma_list,
     cpu_count,
     machine,
     machine_line,
     naive_backward,
+    parse_beta,
     parse_dtype,
+    positive_int,
     print_rows,
     require,
     sample_data,
@@ -956,7 +959,7 @@ def _plot_scaling(ax2, scaling):
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m jax_softplus.tools.bench",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog=(
             "Each step prints a progress line with the time left. On 2 cores "
@@ -971,7 +974,9 @@ def main(argv=None):
     )
     p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
     p.add_argument("--betas", default="1.0,1.7", help="comma list")
-    p.add_argument("--repeats", type=int, default=15, help="interleaved rounds")
+    p.add_argument(
+        "--repeats", type=positive_int, default=15, help="interleaved rounds"
+    )
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     p.add_argument("--fwd-bwd", action="store_true", help="also time fwd+bwd")
     p.add_argument(
@@ -1042,20 +1047,17 @@ def main(argv=None):
                 setattr(args, flag[2:], value)
         args.user_jit = args.no_torch = True
 
-    try:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-        dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
-        betas = [float(b) for b in args.betas.split(",") if b.strip()]
-        scaling = [parse_size(s) for s in (args.scaling or "").split(",") if s]
-        derivative_sizes = [
-            parse_size(s) for s in (args.derivatives or "").split(",") if s
-        ]
-        f64_sizes = [parse_size(s) for s in (args.float64 or "").split(",") if s]
-        highest_sizes = [parse_size(s) for s in (args.highest or "").split(",") if s]
-    except (ValueError, argparse.ArgumentTypeError) as err:
-        p.error(str(err))
-    if args.repeats < 1:
-        p.error(f"--repeats must be at least 1, got {args.repeats}")
+    sizes = comma_list(p, "--sizes", args.sizes, parse_size)
+    dtypes = comma_list(p, "--dtypes", args.dtypes, parse_dtype, ("f32", "bf16", "f16"))
+    betas = comma_list(p, "--betas", args.betas, parse_beta)
+
+    def optional_sizes(option, text):
+        return [] if text is None else comma_list(p, option, text, parse_size)
+
+    scaling = optional_sizes("--scaling", args.scaling)
+    derivative_sizes = optional_sizes("--derivatives", args.derivatives)
+    f64_sizes = optional_sizes("--float64", args.float64)
+    highest_sizes = optional_sizes("--highest", args.highest)
     if args.plot:
         require("matplotlib", "--plot", p)
     if not args.no_torch and importlib.util.find_spec("torch") is None:

@@ -460,7 +460,7 @@ def expected_tables():
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m jax_softplus.tools.specials",
-        description=__doc__.splitlines()[0],
+        description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--tables", metavar="DIR", help="write specials.md into DIR")
     args = p.parse_args(argv)
