@@ -247,7 +247,8 @@ def adversarial(betas=BETAS, n=1 << 20, rounds=48, seed=0):
     random t per beta (half over [-100, 40], half over [-25, -5], where
     the largest errors were found), each with a diff_dst that puts
     the exact result just below a power of two: (1 - j 2**-24) 2**e times
-    the exact denominator 1 + exp(-t), j in [1, 64), e in [-60, 60)."""
+    the exact denominator 1 + exp(-t), j in [1, 64), e in [-60, 60).
+    `adversarial_size` scales it with a run's stride."""
     reference = _Reference(n)
     tmp = np.empty(n)
     cells = {}
@@ -276,6 +277,15 @@ def adversarial(betas=BETAS, n=1 << 20, rounds=48, seed=0):
                 cell.got, cell.exact = float(got[k]), float(exact[k])
         cells[(ADVERSARIAL, beta)] = cell
     return cells
+
+
+def adversarial_size(stride):
+    """(n, rounds) of the second pass for a run over every stride-th bit
+    pattern: 48 x 2**20 inputs per beta for the full run, that over the
+    stride otherwise (at least 2**14), as the first pass thins."""
+    total = max(1 << 14, (48 << 20) // stride)
+    n = min(1 << 20, total)
+    return n, total // n
 
 
 @jax.jit
@@ -909,7 +919,8 @@ def main(argv=None):
 
     started = time.perf_counter()
     cells = run(stride=args.stride, log=_log)
-    cells.update(adversarial())
+    n, rounds = adversarial_size(args.stride)
+    cells.update(adversarial(n=n, rounds=rounds))
     seconds = time.perf_counter() - started
     print(markdown(cells, args.stride))
     if args.tables:

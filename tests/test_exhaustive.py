@@ -50,6 +50,15 @@ def test_diff_dst_chosen_against_the_backward_op_stays_within_its_bound():
     assert 1.99 < abs(worst.exact) / 2.0 ** np.floor(np.log2(abs(worst.exact))) < 2
 
 
+def test_a_strided_run_thins_the_second_pass_too():
+    # --stride 100003 ran the second pass over 47 million inputs per beta
+    # while its header said every 100003-th bit pattern.
+    assert exhaustive.adversarial_size(1) == (1 << 20, 48)
+    n, rounds = exhaustive.adversarial_size(100003)
+    assert n * rounds == 1 << 14
+    assert exhaustive.adversarial_size(64) == ((48 << 20) // 64, 1)
+
+
 def test_the_worst_input_replays(cells):
     # The recorded input gives the recorded result when computed again.
     cell = cells[("softplus_backward", 1.7)]
