@@ -263,7 +263,7 @@ def test_an_empty_sample_is_refused(flag, capsys):
     # `-n 0` printed an empty table and exited 0.
     with pytest.raises(SystemExit):
         accuracy.main([flag, "0"])
-    assert "must be at least 1" in capsys.readouterr().err
+    assert "is not an integer of at least 1" in capsys.readouterr().err
 
 
 def test_a_float64_error_near_the_smallest_normal_is_against_the_exact_value():

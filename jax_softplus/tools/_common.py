@@ -197,6 +197,37 @@ _ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
               "sve", "bf16", "fphp")  # fmt: skip
 
 
+# x86 microarchitectures by (vendor, family, model): a VM's model name
+# ("AMD EPYC") does not say which, and the same kernel's speed does.
+_AMD_FAMILIES = {23: "Zen 2", 26: "Zen 5"}
+_AMD_FAMILY_25 = ((0x10, 0x1F, "Zen 4"), (0x60, 0x7F, "Zen 4"), (0xA0, 0xAF, "Zen 4c"))
+_INTEL_MODELS = {
+    0x55: "Skylake-SP/Cascade Lake",
+    0x6A: "Ice Lake-SP",
+    0x6C: "Ice Lake-SP",
+    0x8F: "Sapphire Rapids",
+    0xCF: "Emerald Rapids",
+    0xAD: "Granite Rapids",
+}
+
+
+def _microarchitecture(vendor, family, model):
+    """'Zen 4, family 25 model 17' and the like, or '' off x86."""
+    if family is None or model is None:
+        return ""
+    name = ""
+    if vendor == "AuthenticAMD":
+        name = _AMD_FAMILIES.get(family, "")
+        if family == 25:
+            name = next(
+                (n for lo, hi, n in _AMD_FAMILY_25 if lo <= model <= hi), "Zen 3"
+            )
+    elif vendor == "GenuineIntel" and family == 6:
+        name = _INTEL_MODELS.get(model, "")
+    where = f"family {family} model {model}"
+    return f"{name}, {where}" if name else where
+
+
 def _cpu_info() -> dict:
     """CPU model, vector ISA flags and cache sizes, from Linux's /proc and
     /sys where they exist (empty fields elsewhere)."""
@@ -205,14 +236,24 @@ def _cpu_info() -> dict:
         text = pathlib.Path("/proc/cpuinfo").read_text()
     except OSError:
         text = ""
+    fields: dict = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key in ("model name", "Model") and value.strip():
-            info["model"] = value.strip()
+        key, value = key.strip(), value.strip()
+        if key in ("model name", "Model") and value:
+            info["model"] = value
         elif key in ("flags", "Features") and not info["isa"]:
             flags = set(value.split())
             info["isa"] = [f for f in _ISA_FLAGS if f in flags]
+        elif key in ("vendor_id", "cpu family", "model") and key not in fields:
+            fields[key] = value
+    try:
+        family, model = int(fields["cpu family"]), int(fields["model"])
+    except (KeyError, ValueError):
+        family = model = None
+    uarch = _microarchitecture(fields.get("vendor_id"), family, model)
+    if uarch:
+        info["model"] = f"{info['model']} ({uarch})"
     caches = {}
     for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
         try:
@@ -237,6 +278,7 @@ def machine() -> dict:
         "cpu": cpu["model"],
         "cores": cpu_count(),
         "isa": " ".join(cpu["isa"]),
+        "code": code_class(cpu["isa"]),
         "caches": cpu["caches"],
         "jax": jax.__version__,
         "backend": jax.default_backend(),
@@ -245,12 +287,34 @@ def machine() -> dict:
     }
 
 
+def code_class(isa) -> str:
+    """The vector code XLA:CPU emits here: 'AVX-512' or 'AVX2' (x86), as
+    the CPU and `XLA_FLAGS=--xla_cpu_max_isa` allow, or '' elsewhere."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    capped = next(
+        (
+            f.split("=", 1)[1].upper()
+            for f in flags.split()
+            if f.startswith("--xla_cpu_max_isa=")
+        ),
+        None,
+    )
+    if "avx512f" in isa and capped in (None, "AVX512", "AVX512F"):
+        return "AVX-512"
+    if "avx2" in isa:
+        return "AVX2" + (" (XLA_FLAGS --xla_cpu_max_isa=AVX2)" if capped else "")
+    return ""
+
+
 def machine_line(m=None, caches=False) -> str:
-    """The machine in one line, as every table names it."""
+    """The machine in one line, as every table names it: the CPU, its vector
+    ISA, and the class of code XLA emits (AVX-512 or AVX2)."""
     m = m or machine()
     cache = ", ".join(f"{k} {v}" for k, v in m["caches"].items()) or "unknown"
+    code = f"; {m['code']} code" if m.get("code") else ""
     return (
         f"{m['cpu']}, {m['cores']} cores, {m['isa'] or 'ISA unknown'}"
         + (f", caches {cache}" if caches else "")
+        + code
         + f"; jax {m['jax']} on {m['backend']}"
     )

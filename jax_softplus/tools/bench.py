@@ -970,7 +970,8 @@ def main(argv=None):
     p.add_argument(
         "--sizes",
         default="16M,128M",
-        help="comma list, e.g. 1K,16M (128M: past the last-level cache)",
+        help="comma list, e.g. 1K,16M (128M: past the last-level cache), or "
+        "none (only the sections asked for)",
     )
     p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
     p.add_argument("--betas", default="1.0,1.7", help="comma list")
@@ -1047,7 +1048,9 @@ def main(argv=None):
                 setattr(args, flag[2:], value)
         args.user_jit = args.no_torch = True
 
-    sizes = comma_list(p, "--sizes", args.sizes, parse_size)
+    # --sizes none: only the sections asked for.
+    none = args.sizes.strip().lower() == "none"
+    sizes = [] if none else comma_list(p, "--sizes", args.sizes, parse_size)
     dtypes = comma_list(p, "--dtypes", args.dtypes, parse_dtype, ("f32", "bf16", "f16"))
     betas = comma_list(p, "--betas", args.betas, parse_beta)
 
