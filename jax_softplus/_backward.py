@@ -187,13 +187,16 @@ def softplus_backward_inplace(
       diff_dst: as in `softplus_backward`; donated. A NumPy array is copied
         to the device first, and that copy is what is donated.
       beta: as in `softplus_backward`.
-      accuracy: as in `softplus_backward`. At HIGHEST the result still
-        takes `diff_dst`'s buffer, but the compiled call keeps a copy of
-        `diff_dst` while it resolves the rare elements whose rounding the
-        float64 evaluation leaves in doubt (docs/inplace.md).
+      accuracy: as in `softplus_backward`. At HIGHEST the result is a new
+        buffer and `diff_dst` is deleted after the call: the step that
+        resolves the rare elements whose rounding the float64 evaluation
+        leaves in doubt reads `diff_dst` after the result is written, so
+        XLA could only write it in place through a temporary of its size
+        and a copy (docs/inplace.md). `.lower(...)` at HIGHEST compiles
+        that call, which donates nothing.
 
     Returns:
-      `diff_src`, in `diff_dst`'s former buffer.
+      `diff_src`, in `diff_dst`'s former buffer (at HIGHEST, a new one).
 
     Raises:
       TypeError, ValueError: as `softplus_backward`, including for a

@@ -373,6 +373,23 @@ _inplace_self_jit = own_jit(
     _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints", "accuracy")
 )
 
+# At HIGHEST nothing is donated. The step that resolves the rare elements
+# whose rounding float64 leaves in doubt reads diff_dst after the main pass
+# wrote its result, so a donated call makes XLA write that result into a
+# temporary as large as it and copy it into diff_dst's buffer at the end:
+# the same peak memory as a new output (src, diff_dst and one more array),
+# plus the copy (0.4 of the call at 16M float32 elements on a 2-core Zen 4).
+# The call takes a new output instead, and deletes diff_dst after it.
+_HIGHEST_JITS = {
+    _inplace_jit: own_jit(_inplace, static_argnames=("hints", "accuracy", "layout")),
+    _inplace_self_jit: own_jit(_inplace_self, static_argnames=("hints", "accuracy")),
+}
+
+
+def _inplace_for(jitted, accuracy):
+    """The in-place jit, or at HIGHEST its twin that donates nothing."""
+    return _HIGHEST_JITS[jitted] if accuracy == "highest" else jitted
+
 
 def _same_layout(a, b):
     return a.sharding == b.sharding or a.sharding.is_equivalent_to(b.sharding, a.ndim)
@@ -425,10 +442,11 @@ def inplace_call(
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
     if src is diff_dst:
-        out = _inplace_self_jit(diff_dst, placed, hints=hints, accuracy=accuracy)
+        jitted = _inplace_for(_inplace_self_jit, accuracy)
+        out = jitted(diff_dst, placed, hints=hints, accuracy=accuracy)
     else:
         diff_dst = _follow_src(src, diff_dst)
-        out = _inplace_jit(
+        out = _inplace_for(_inplace_jit, accuracy)(
             src,
             diff_dst,
             placed,
@@ -436,7 +454,9 @@ def inplace_call(
             accuracy=accuracy,
             layout=_layout(src, diff_dst),
         )
-    if not diff_dst.is_deleted():
+    if accuracy == "highest":
+        diff_dst.delete()
+    elif not diff_dst.is_deleted():
         _warn_not_donated()
     return out
 
@@ -464,8 +484,9 @@ def _warn_not_donated():
 
 
 def inplace_lower(src, diff_dst, checked, accuracy=None):
-    """`softplus_backward_inplace.lower`: compiled for any beta (no hints)."""
-    return _inplace_jit.lower(
+    """`softplus_backward_inplace.lower`: compiled for any beta (no hints);
+    at HIGHEST, what the call runs, which donates nothing."""
+    return _inplace_for(_inplace_jit, accuracy).lower(
         src,
         diff_dst,
         checked,
