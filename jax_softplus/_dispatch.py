@@ -116,6 +116,33 @@ def eager_jit(fun, hints: BetaHints, accuracy: str | None = None):
     return jitted
 
 
+def _default_beta_jit(fun, hints: BetaHints, accuracy: str | None, dtype):
+    """`eager_jit(fun, ...)` with beta = 1 (the default) fixed in, of the
+    data alone: each array argument costs the dispatch about a microsecond,
+    a quarter of the eager overhead over `jax.nn.softplus` (Zen 4). The
+    kernels read beta behind a barrier, so a constant one gives the bits of
+    a passed one."""
+    key = (fun, hints, accuracy, "beta = 1", np.dtype(dtype))
+    jitted = _EAGER_JITS.get(key)
+    if jitted is None:
+        one = np.asarray(1, dtype)
+
+        def fixed(*data):
+            return fun(*data, one, hints=hints, accuracy=accuracy)
+
+        jitted = _EAGER_JITS[key] = own_jit(fixed)
+    return jitted
+
+
+def _entry(fun, hints, accuracy, checked, place):
+    """(jit, beta as passed) for an eager fast path's cache: the jit of the
+    data alone and None for the default beta, else `eager_jit` and the
+    placed beta (`place(checked)`)."""
+    if checked == 1:
+        return _default_beta_jit(fun, hints, accuracy, checked.dtype), None
+    return eager_jit(fun, hints, accuracy), place(checked)
+
+
 def backward_call(src, diff_dst, beta, checked, hints, accuracy=None):
     """`softplus_backward` on validated operands."""
     return call(bind, bind, (src, diff_dst), beta, checked, hints, accuracy)
@@ -206,8 +233,7 @@ def host_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
     kind = _host_kind(x)
     if kind is None or type(beta) not in _PY_BETA or not _fast_accuracy(accuracy):
         return None
-    config = jax.config
-    key = (kind, beta, accuracy, config.jax_enable_x64, config.jax_default_device)
+    key = (kind, beta, accuracy, _compat.x64_enabled(), _compat.default_device())
     hit = _HOST_FORWARD.get(key)
     if hit is None:
         if kind[0] == "numpy" and not _validate.real_dtype(kind[1]):
@@ -215,20 +241,54 @@ def host_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
         dtype = _host_data_dtype(kind, bool(key[3]))
         checked, hints = _validate.check_beta(beta, dtype, forward=True)
         level = _validate.check_accuracy(accuracy, dtype)
-        hit = _remember(
-            _HOST_FORWARD,
-            key,
-            (eager_jit(_host_forward, hints, level), _host_beta(checked, key[4])),
+        entry = _entry(
+            _host_forward, hints, level, checked, lambda c: _host_beta(c, key[4])
         )
+        hit = _remember(_HOST_FORWARD, key, entry)
     if not _compat.trace_state_clean():
         return None
     fun, placed = hit
-    return fun(x, placed)
+    return fun(x) if placed is None else fun(x, placed)
 
 
 # (dtype, sharding, beta, x64) -> (jit, placed beta), for a live, strongly
 # typed JAX array of a kernel dtype: the checks it needs are one lookup.
 _ARRAY_FORWARD: dict = {}
+
+
+def _default_forward(x):
+    """softplus(x) at the default beta and accuracy, traced."""
+    if _validate.is_complex(x):
+        return jax.nn.softplus(x)  # what `softplus` gives complex x at beta 1
+    x, weak = _validate.check_forward_operand(x)
+    checked, hints = _validate.check_beta(1.0, x.dtype, forward=True)
+    beta = jax.lax.convert_element_type(checked, checked.dtype)
+    out = _forward.value(x, beta, hints, None)
+    return _compat.weakly_typed(out) if weak else out
+
+
+# One jit for `softplus(x)`, as `jax.nn.softplus(x)` is: its own C++
+# dispatch keys it by dtype, shape, layout and weak type (and converts a
+# host value), so the call costs what jax.nn.softplus's does and a few
+# checks more (0.3 of that call was Python lookups before, on a Zen 4).
+_DEFAULT_FORWARD = own_jit(_default_forward)
+
+
+def default_forward_call(x: Any) -> Any:
+    """`softplus(x)` (default beta and accuracy) at the top level for a live
+    JAX array, a Python float, or a NumPy number or array; None otherwise
+    (the checked path says what is wrong with anything else)."""
+    kind = type(x)
+    if kind is _compat.ArrayImpl:
+        if x.is_deleted():
+            return None
+    elif kind is not float and (
+        not isinstance(x, (np.ndarray, np.generic)) or x.dtype.kind not in "biufc"
+    ):
+        return None
+    if not _compat.trace_state_clean() or _compat.jit_disabled():
+        return None
+    return _DEFAULT_FORWARD(x)
 
 
 def array_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
@@ -239,21 +299,38 @@ def array_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
         return None
     if not _fast_accuracy(accuracy):
         return None
-    key = (x.dtype, x.sharding, beta, jax.config.jax_enable_x64, accuracy)
-    hit = _ARRAY_FORWARD.get(key)
-    if hit is None:
-        hit = _array_entry(_ARRAY_FORWARD, key, _forward.value, True)
-        if hit is None:
-            return None
-    if x.is_deleted() or not _compat.trace_state_clean():
+    hit = _array_hit(_ARRAY_FORWARD, x, beta, accuracy, _forward.value, True)
+    if hit is None or x.is_deleted() or not _compat.trace_state_clean():
         return None
     fun, placed = hit
-    return fun(x, placed)
+    return fun(x) if placed is None else fun(x, placed)
+
+
+def _array_hit(cache, x, beta, accuracy, fun, forward):
+    """An array path's (jit, placed beta) for `x`'s dtype and layout, made
+    on the first call (None where the checked path must run). Keyed without
+    the layout, which is checked against the entry's (by identity first: a
+    sharding's hash costs as much as the rest of the lookup)."""
+    key = (x.dtype, beta, _compat.x64_enabled(), accuracy)
+    hit = cache.get(key)
+    sharding = x.sharding
+    if hit is not None and (hit[0] is sharding or hit[0] == sharding):
+        return hit[1]
+    full = (x.dtype, sharding, *key[1:])
+    entry = _array_entry(cache, full, fun, forward)
+    if entry is not None:
+        _remember(cache, key, (sharding, entry))
+    return entry
 
 
 def _array_entry(cache, key, fun, forward):
     """(the library's jit of `fun`, beta placed beside the data) for an
-    array path's key, remembered; None where the checked path must run."""
+    array path's full key (dtype, sharding, beta, x64, accuracy), kept in
+    `cache` under it too (a layout that alternates with another keeps its
+    entry); None where the checked path must run."""
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
     dtype, sharding, beta, _, accuracy = key
     if dtype not in _validate.data_dtypes():
         return None
@@ -262,8 +339,10 @@ def _array_entry(cache, key, fun, forward):
         return None
     checked, hints = _validate.check_beta(beta, dtype, forward=forward)
     level = _validate.check_accuracy(accuracy, dtype)
-    placed = _placed(float(checked), checked.dtype, scalar)
-    return _remember(cache, key, (eager_jit(fun, hints, level), placed))
+    entry = _entry(
+        fun, hints, level, checked, lambda c: _placed(float(c), c.dtype, scalar)
+    )
+    return _remember(cache, key, entry)
 
 
 def _host_backward(src, diff_dst, beta, *, hints, accuracy):
@@ -296,8 +375,7 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None)
         of = float
     else:
         return None
-    config = jax.config
-    key = (kind, of, beta, accuracy, config.jax_enable_x64, config.jax_default_device)
+    key = (kind, of, beta, accuracy, _compat.x64_enabled(), _compat.default_device())
     hit = _HOST_BACKWARD.get(key)
     if hit is None:
         dtype = jax.dtypes.canonicalize_dtype(of)
@@ -305,15 +383,14 @@ def host_backward_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None)
             return None
         checked, hints = _validate.check_beta(beta, dtype, forward=False)
         level = _validate.check_accuracy(accuracy, dtype)
-        hit = _remember(
-            _HOST_BACKWARD,
-            key,
-            (eager_jit(_host_backward, hints, level), _host_beta(checked, key[5])),
+        entry = _entry(
+            _host_backward, hints, level, checked, lambda c: _host_beta(c, key[5])
         )
+        hit = _remember(_HOST_BACKWARD, key, entry)
     if not _compat.trace_state_clean():
         return None
     fun, placed = hit
-    return fun(src, diff_dst, placed)
+    return fun(src, diff_dst) if placed is None else fun(src, diff_dst, placed)
 
 
 # (dtype, sharding, beta, x64) -> (jit, placed beta), for two live, strongly
@@ -331,16 +408,13 @@ def _array_backward_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any) -> A
         or src.sharding != diff_dst.sharding
     ):
         return None
-    key = (src.dtype, src.sharding, beta, jax.config.jax_enable_x64, accuracy)
-    hit = _ARRAY_BACKWARD.get(key)
+    hit = _array_hit(_ARRAY_BACKWARD, src, beta, accuracy, bind, False)
     if hit is None:
-        hit = _array_entry(_ARRAY_BACKWARD, key, bind, False)
-        if hit is None:
-            return None
+        return None
     if src.is_deleted() or diff_dst.is_deleted() or not _compat.trace_state_clean():
         return None
     fun, placed = hit
-    return fun(src, diff_dst, placed)
+    return fun(src, diff_dst) if placed is None else fun(src, diff_dst, placed)
 
 
 # In place --------------------------------------------------------------------
@@ -510,8 +584,9 @@ def cache_sizes() -> dict[str, int]:
         _host_backward: "host_backward",
     }
     sizes = dict.fromkeys(names.values(), 0)
-    for (fun, _, _), jitted in _EAGER_JITS.items():
+    for (fun, *_), jitted in _EAGER_JITS.items():
         sizes[names[fun]] += jitted._cache_size()
+    sizes["default_forward"] = _DEFAULT_FORWARD._cache_size()
     sizes["inplace"] = _inplace_jit._cache_size()
     sizes["inplace_self"] = _inplace_self_jit._cache_size()
     return sizes

@@ -17,6 +17,9 @@ from jax_softplus._derivatives import is_zero as _is_zero
 from jax_softplus._primitive import batch_operands, bind
 from jax_softplus._validate import Accuracy
 
+# softplus's default beta: its identity tells a call that passed none.
+_DEFAULT_BETA = 1.0
+
 # Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
 _softplus_kernel = jax.jit(_forward.value, static_argnames=("hints", "accuracy"))
 
@@ -224,7 +227,7 @@ MECHANISM = "custom_vjp" if _compat.HiPrim is None else "hiprim"
 
 
 def softplus(
-    x: ArrayLike, beta: ArrayLike = 1.0, *, accuracy: Accuracy = None
+    x: ArrayLike, beta: ArrayLike = _DEFAULT_BETA, *, accuracy: Accuracy = None
 ) -> jax.Array:
     """SoftPlus: (1 / beta) * log(1 + exp(beta * x)).
 
@@ -287,6 +290,10 @@ def softplus(
       >>> softplus(jnp.float32(0.1), accuracy=jax.lax.AccuracyMode.HIGHEST)
       Array(0.7443967, dtype=float32)
     """
+    if beta is _DEFAULT_BETA and accuracy is None:
+        fast = _dispatch.default_forward_call(x)
+        if fast is not None:
+            return fast
     fast = _dispatch.array_forward_call(x, beta, accuracy)
     if fast is None:
         fast = _dispatch.host_forward_call(x, beta, accuracy)

@@ -144,8 +144,8 @@ MUTANTS = (
       "    key = (fun, hints, accuracy)", "    key = (fun, hints, None)",
       ("tests/test_highest.py",)),
     M("the eager array path forgets beta", "dispatch", "jax_softplus/_dispatch.py",
-      "    key = (x.dtype, x.sharding, beta, jax.config.jax_enable_x64, accuracy)",
-      "    key = (x.dtype, x.sharding, 1.0, jax.config.jax_enable_x64, accuracy)",
+      "    key = (x.dtype, beta, _compat.x64_enabled(), accuracy)",
+      "    key = (x.dtype, 1.0, _compat.x64_enabled(), accuracy)",
       ("tests/test_forward.py", "tests/test_transfers.py")),
     # Donation -------------------------------------------------------------------
     M("in place without donation", "donation", "jax_softplus/_dispatch.py",
