@@ -234,3 +234,17 @@ def test_outputs_go_into_folders_made_for_them(tmp_path):
     )  # fmt: skip
     for path in ("b.json", "b.md", "tables/bench.md", "img/b.png"):
         assert (out / path).stat().st_size > 0, path
+
+
+def test_avx2_reruns_the_measurement_with_avx2_code(tmp_path):
+    # An AVX-512 machine measures what AVX2-only CPUs run, in one command.
+    if "avx512f" not in bench.machine()["isa"].split():
+        pytest.skip("no AVX-512 here to cap")
+    bench.main(
+        ["--sizes", "1K", "--dtypes", "f32", "--repeats", "1", "--no-torch",
+         "--avx2", "--tables", str(tmp_path)]
+    )  # fmt: skip
+    native = (tmp_path / "bench.md").read_text().splitlines()[0]
+    capped = (tmp_path / "avx2" / "bench.md").read_text().splitlines()[0]
+    assert "AVX-512 code" in native
+    assert "AVX2 (XLA_FLAGS --xla_cpu_max_isa=AVX2) code" in capped

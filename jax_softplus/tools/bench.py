@@ -329,6 +329,32 @@ def bench_highest(n, dt, beta, repeats, progress):
     return rows
 
 
+def bench_highest_train_step(repeats, progress, batch=512):
+    """A training step at HIGHEST beside the default's and the naive
+    formula's: an MLP 256-1024-1024-10 of softplus activations (beta 1.7),
+    float32, its parameters donated."""
+    highest = jax.lax.AccuracyMode.HIGHEST
+    activations = {
+        NAIVE: lambda h: jax.nn.softplus(1.7 * h) / 1.7,
+        "jax_softplus": lambda h: softplus(h, 1.7),
+        HIGHEST: lambda h: softplus(h, 1.7, accuracy=highest),
+    }
+
+    class Stepper:
+        def __init__(self, act):
+            self.step, self.params, self.x, self.y = mlp_step(
+                act, batch=batch, sizes=(256, 1024, 1024, 10)
+            )
+
+        def __call__(self):
+            self.params, value = self.step(self.params, self.x, self.y)
+            return value
+
+    calls = {k: Stepper(act) for k, act in activations.items()}
+    times, ratios = _measure(calls, "jax_softplus", repeats, progress)
+    return _rows("highest, train step", "f32", batch, 1.7, 0, times, ratios)
+
+
 def _naive_forward(x, dd, beta):
     """`jax.nn.softplus(beta * x) / beta` in float32, rounded once (as
     `naive_backward`)."""
@@ -1030,6 +1056,13 @@ def main(argv=None):
         help="a first look in seconds: --sizes 1M --dtypes f32 --repeats 3 "
         "--user-jit --no-torch (explicit sizes, dtypes and repeats win)",
     )
+    p.add_argument(
+        "--avx2",
+        action="store_true",
+        help="on an AVX-512 CPU, run the same measurement again with XLA's code "
+        "capped at AVX2 (XLA_FLAGS=--xla_cpu_max_isa=AVX2, 256-bit vectors), in "
+        "a child process after this one, its tables in --tables DIR/avx2",
+    )
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a plot of the ratios")
     p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
@@ -1063,6 +1096,10 @@ def main(argv=None):
     highest_sizes = optional_sizes("--highest", args.highest)
     if args.plot:
         require("matplotlib", "--plot", p)
+    if args.avx2 and "avx512f" not in machine()["isa"].split():
+        p.error("--avx2 reruns under an AVX2 cap: this CPU has no AVX-512 to cap")
+    if args.avx2 and "--xla_cpu_max_isa" in os.environ.get("XLA_FLAGS", ""):
+        p.error("--avx2: XLA_FLAGS already caps the ISA (--xla_cpu_max_isa)")
     if not args.no_torch and importlib.util.find_spec("torch") is None:
         print("PyTorch is not installed: its columns are skipped (pip install torch).")
     jobs = [(n, dt, b) for n in sizes for dt in dtypes for b in betas]
@@ -1071,7 +1108,7 @@ def main(argv=None):
     total += bool(scaling) + bool(args.train_step) + bool(args.eager)
     total += len(derivative_sizes) * len(dtypes) * len(DERIVATIVE_ROUTES)
     total += len(f64_sizes) * (len(betas) + 1)
-    total += len(highest_sizes) * len(dtypes)
+    total += len(highest_sizes) * len(dtypes) + bool(highest_sizes)
     done = [0]
     started = time.perf_counter()
     tty = sys.stderr.isatty()
@@ -1125,6 +1162,10 @@ def main(argv=None):
             label = f"fwd+bwd f64 {format_size(n)}"
             rows += bench_fwd_bwd(n, "f64", 1.7, args.repeats, progress_for(label))
             done[0] += 1
+    if highest_sizes:
+        step = progress_for("HIGHEST train step")
+        rows += bench_highest_train_step(args.repeats, step)
+        done[0] += 1
     for n in highest_sizes:
         for dt in dtypes:
             label = f"HIGHEST {dt} {format_size(n)}"
@@ -1178,7 +1219,35 @@ def main(argv=None):
     if args.plot:
         os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
         plot(rows, args.plot, machine_line(m))
+    if args.avx2:
+        _rerun_avx2(argv, args.tables)
     return rows + derivative_rows + eager_rows
+
+
+def _rerun_avx2(argv, tables):
+    """The same run in a child process whose XLA emits AVX2 code, tables in
+    tables/avx2 (the other outputs are this run's alone)."""
+    drop = {"--avx2", "--plot", "--json", "--markdown", "--tables"}
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=")[0]
+        if name in drop:
+            skip = "=" not in a and name != "--avx2"
+            continue
+        rest.append(a)
+    if tables:
+        rest += ["--tables", os.path.join(tables, "avx2")]
+    flags = os.environ.get("XLA_FLAGS", "")
+    env = dict(os.environ, XLA_FLAGS=f"{flags} --xla_cpu_max_isa=AVX2".strip())
+    print("\nThe same with AVX2 code (XLA_FLAGS=--xla_cpu_max_isa=AVX2):", flush=True)
+    import subprocess
+
+    subprocess.run(
+        [sys.executable, "-m", "jax_softplus.tools.bench", *rest], env=env, check=True
+    )
 
 
 def _json(m, rows, derivative_rows=(), eager_rows=()):
