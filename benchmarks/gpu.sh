@@ -20,7 +20,8 @@
 # pure Python, no install:
 #   bash benchmarks/gpu.sh [OUT_DIR]
 # GPU_SH_QUICK=1 runs every step at toy sizes, on any machine (a check of
-# the script itself, not a measurement: about 3 minutes on 2 CPU cores).
+# the script itself, not a measurement: 2.5 minutes on 2 CPU cores, as
+# docs/tables/timings.md records).
 set -uo pipefail
 out="${1:-${OUT:-gpu-results}}"
 res="$out/results"

@@ -203,13 +203,18 @@ def test_the_highest_section_times_highest_beside_default_and_naive(tmp_path, ca
         "highest, your jit donated",
         "highest, your jit fresh",
         "highest, softplus fresh",
+        "highest, train step",
     }
+    steps = {r["method"]: r for r in rows if r["mode"] == "highest, train step"}
+    assert set(steps) == {"jax_softplus", "jax_softplus, HIGHEST", "naive XLA"}
+    assert all(r["size"] == 512 and r["median_s"] > 0 for r in steps.values())
     methods = {r["method"] for r in rows}
     assert {"jax_softplus", "jax_softplus, HIGHEST", "naive XLA"} <= methods
     table = (tmp_path / "bench-highest.md").read_text()
     assert table.startswith("Measured on ")
     assert "| your jit donated | f32 | 4K |" in table
     assert "| softplus fresh | bf16 | 4K |" in table
+    assert "| train step | f32 | 512 |" in table
     assert "HIGHEST in a user's jit" in capsys.readouterr().out
 
 

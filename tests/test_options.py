@@ -110,6 +110,10 @@ SCRIPTS = {
     ),
     "maintainers/pytorch_samples.py": ({"--draws": COUNTS}, []),
     "maintainers/fit.py": ({}, [["_NO_SUCH_CONSTANT"]]),
+    "maintainers/timed.py": (
+        {},
+        [[], ["--tables", "/tmp"], ["--tables", "/tmp", "--"]],
+    ),
     "benchmarks/gpu_bench.py": (
         {
             "--size": COUNTS,

@@ -1053,7 +1053,7 @@ class Progress:
             print(msg, file=sys.stderr, flush=True)
 
 
-# A first look in about a minute: fewer points, the CPU only.
+# A first look in under two minutes: fewer points, the CPU only.
 QUICK = {"n": 20_000, "n64": 2_000, "nd": 500, "platforms": "cpu"}
 
 
@@ -1063,8 +1063,8 @@ def main(argv=None):
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="The docs' tables (--tables docs/tables --plot "
-        "docs/img/accuracy.png, every platform) take about 25 minutes on 2 "
-        "cores; --quick takes about one.",
+        "docs/img/accuracy.png, every platform) took 22.8 minutes on 2 "
+        "cores, --quick 1.8 (docs/tables/timings.md).",
     )
     p.add_argument(
         "-n",
