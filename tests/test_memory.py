@@ -93,10 +93,13 @@ def test_ten_thousand_small_calls_keep_memory_and_caches_flat():
 
     burst(500)  # compile and warm the allocators
     # A concrete power-of-two beta compiles the one other variant (no
-    # error-free product); after that, no beta value adds an entry.
-    softplus_backward(src, src, 1.0)
-    softplus(src, 1.0)
-    softplus_backward_inplace(src, jnp.ones(64), 1.0)
+    # error-free product; the burst meets one, betas[6666] == 1), and a
+    # Python 1.0 the jit of the data alone; after that, no beta value adds
+    # an entry.
+    for beta in (np.float64(2.0), 1.0):
+        softplus_backward(src, src, beta)
+        softplus(src, beta)
+        softplus_backward_inplace(src, jnp.ones(64), beta)
     before = _rss()
     caches = _dispatch.cache_sizes(), jitted._cache_size()
     burst(10_000)
