@@ -587,8 +587,8 @@ def cache_sizes() -> dict[str, int]:
     for (fun, *_), jitted in _EAGER_JITS.items():
         sizes[names[fun]] += jitted._cache_size()
     sizes["default_forward"] = _DEFAULT_FORWARD._cache_size()
-    sizes["inplace"] = _inplace_jit._cache_size()
-    sizes["inplace_self"] = _inplace_self_jit._cache_size()
+    for name, own in (("inplace", _inplace_jit), ("inplace_self", _inplace_self_jit)):
+        sizes[name] = own._cache_size() + _HIGHEST_JITS[own]._cache_size()
     return sizes
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 HEADER = (
     "Measured on the machine each row names, by `python maintainers/timed.py`: "
     "each command's wall time and the largest resident set of its processes "
-    "(a row whose peak memory says 'not measured' was timed by `time`).\n\n"
+    "(a row whose peak memory says 'not measured' was timed otherwise: "
+    "by `time`, or by pytest's own clock).\n\n"
     "| command | minutes | peak memory | machine | date |\n"
     "|---|---:|---:|---|---|\n"
 )
@@ -39,7 +40,8 @@ def _rows(path: Path) -> dict:
 
 def record(directory, command, minutes, peak_gib, machine, date=None):
     """Write (or replace) the command's row of DIR/timings.md (`peak_gib`
-    None: a run timed otherwise, by `time`, whose peak was not read)."""
+    None: a run timed otherwise, by `time` or pytest, whose peak was not
+    read)."""
     path = Path(directory) / "timings.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = _rows(path)
