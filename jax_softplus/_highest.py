@@ -203,14 +203,23 @@ def _pending_mask(values):
 
 def _resolve(out, doubt, evaluate):
     """The elements in doubt, `evaluate(i)` (double-double) one at a time
-    while any is left; they hold `_PENDING` meanwhile."""
+    while any is left; they hold `_PENDING` meanwhile.
+
+    The loop's test, a pass over the result, takes the largest of the mask
+    as bytes: XLA:CPU reduces that a third faster than `reduce_or` of the
+    booleans (both through a temporary of one byte per element, which it
+    makes for any reduction this large; an argmax, which it does not split,
+    runs a scalar loop at twice the time)."""
+    if out.size == 0:  # nothing in doubt, and argmax refuses an empty array
+        return out
     dtype = out.dtype
     utype, bits = _PENDING[np.dtype(dtype)]
     marker = lax.bitcast_convert_type(lax.full_like(out, 0, utype) + utype(bits), dtype)
     flat = lax.select(doubt, marker, out).reshape(-1)
 
     def pending(values):
-        return lax.reduce_or(_pending_mask(values), (0,))
+        mask = _pending_mask(values).astype(np.uint8)
+        return lax.reduce_max(mask, (0,)) > np.uint8(0)
 
     def fix(values):
         i = lax.argmax(_pending_mask(values), 0, np.int32)

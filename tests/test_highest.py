@@ -227,6 +227,33 @@ def test_a_quieted_marker_is_still_pending(dtype):
     assert float(softplus(x, beta, accuracy=HIGHEST)) == 6.6521738517622e-06
 
 
+@pytest.mark.parametrize("shape", [(0,), (3, 0)])
+def test_empty_arrays_at_highest(shape):
+    # The loop's argmax refused a zero-size operand at trace time.
+    x = jnp.ones(shape, jnp.bfloat16)
+    for out in (
+        softplus(x, 1.7, accuracy=HIGHEST),
+        softplus_backward(x, x, 1.7, accuracy=HIGHEST),
+        softplus_backward_inplace(x, jnp.ones(shape, jnp.bfloat16), accuracy=HIGHEST),
+        jax.grad(lambda x: softplus(x, accuracy=HIGHEST).sum())(x),
+    ):
+        assert out.shape == shape and out.dtype == jnp.bfloat16
+
+
+def test_the_loops_test_is_a_byte_reduction_without_a_float_temporary():
+    # The test of "any element pending" reads the result once, as bytes:
+    # XLA:CPU's temporary for it is one byte per element, no more.
+    n = 1 << 16
+    x = jax.ShapeDtypeStruct((n,), F32)
+    stats = (
+        jax.jit(lambda x: softplus(x, 1.7, accuracy=HIGHEST))
+        .lower(x)
+        .compile()
+        .memory_analysis()
+    )
+    assert stats.temp_size_in_bytes <= n + 1024
+
+
 def test_the_in_place_op_at_highest_copies_nothing_and_deletes_diff_dst():
     # Donated, XLA wrote the result into a temporary as large as it (step
     # 3 reads diff_dst after the main pass) and copied it at the end. The
