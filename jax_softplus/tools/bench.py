@@ -990,7 +990,7 @@ def main(argv=None):
         epilog=(
             "Each step prints a progress line with the time left. On 2 cores "
             "the docs' run (--user-jit --fwd-bwd --train-step --derivatives "
-            "--eager --float64 --highest --repeats 9) took 14 minutes "
+            "--eager --float64 --highest --repeats 9) took 12 minutes "
             "(docs/tables/timings.md); --avx2 doubles it."
         ),
     )
