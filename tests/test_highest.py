@@ -242,7 +242,8 @@ def test_empty_arrays_at_highest(shape):
 
 def test_the_loops_test_is_a_byte_reduction_without_a_float_temporary():
     # The test of "any element pending" reads the result once, as bytes:
-    # XLA:CPU's temporary for it is one byte per element, no more.
+    # XLA:CPU's temporary for it is one byte per element and its tree's
+    # partial results (a float32 sum's would be four bytes per element).
     n = 1 << 16
     x = jax.ShapeDtypeStruct((n,), F32)
     stats = (
@@ -251,7 +252,7 @@ def test_the_loops_test_is_a_byte_reduction_without_a_float_temporary():
         .compile()
         .memory_analysis()
     )
-    assert stats.temp_size_in_bytes <= n + 1024
+    assert stats.temp_size_in_bytes < 2 * n
 
 
 def test_the_in_place_op_at_highest_copies_nothing_and_deletes_diff_dst():
