@@ -240,7 +240,7 @@ def test_empty_arrays_at_highest(shape):
         assert out.shape == shape and out.dtype == jnp.bfloat16
 
 
-def test_the_loops_test_is_a_byte_reduction_without_a_float_temporary():
+def test_the_loops_test_keeps_no_float_temporary():
     # The test of "any element pending" reads the result once, as bytes:
     # XLA:CPU's temporary for it is one byte per element and its tree's
     # partial results (a float32 sum's would be four bytes per element).
