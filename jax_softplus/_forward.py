@@ -4,10 +4,10 @@ as a primitive of its own.
 `softplus`'s default value is traced from `_kernels.softplus_kernel`
 directly (its platforms differ only in FMA contraction, which
 `lax.platform_dependent` picks when XLA lowers it). The correctly rounded
-value (`accuracy=HIGHEST`) evaluates in float64, which a TPU lacks; a
-primitive lowered per platform (`_platforms`) can say so at lowering,
-where a traced branch could not. It is never differentiated: `softplus`'s
-rules (`_softplus`) carry its derivatives.
+value (`accuracy=HIGHEST`) evaluates in float64 where the platform has
+it and in float32 arithmetic where it does not (TPUs): a primitive lowered
+per platform (`_platforms`) picks its evaluation at lowering. It is never
+differentiated: `softplus`'s rules (`_softplus`) carry its derivatives.
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ import functools
 import numpy as np
 from jax.extend.core import Primitive
 
-from jax_softplus import _compat, _highest, _kernels, _platforms, _validate, _wide
+from jax_softplus import (
+    _compat,
+    _highest,
+    _highest32,
+    _kernels,
+    _platforms,
+    _validate,
+    _wide,
+)
 from jax_softplus._primitive import batch_operands
 
 softplus_highest_p = Primitive("softplus_highest")
@@ -42,7 +50,8 @@ def _softplus_highest_abstract_eval(x, beta):
 
 def _softplus_highest_lowering(kind):
     def evaluate(x, beta):
-        _kernels.highest_platform(kind, "softplus")
+        if kind is None:
+            return _highest32.softplus(x, beta)
         with _wide._float64():
             return _highest.softplus(x, beta)
 

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from jax_softplus import _highest, _math64, _platforms, _wide
+from jax_softplus import _highest, _highest32, _math64, _platforms, _wide
 from jax_softplus._math import (
     _BF16,
     canonical_nan,
@@ -43,34 +43,24 @@ def fusion_fence(out, dd):
     return lax.select(dd > lax.full_like(dd, np.inf), dd, out)
 
 
-def highest_platform(platform, op):
-    """A platform without float64 (TPUs) has no correctly rounded
-    evaluation: an error at lowering, naming what would do."""
-    if platform is None:
-        raise NotImplementedError(
-            f"{op} with accuracy=jax.lax.AccuracyMode.HIGHEST evaluates in "
-            "float64, which this platform (a TPU, or another without "
-            "float64) does not have; use the default accuracy there (within "
-            "2.5 ulp in float32, docs/accuracy.md), or run the op on a CPU "
-            "or GPU."
-        )
-
-
 def backward_kernel(src, dd, beta, hints, *, platform=None, accuracy=None):
     """dd * sigmoid(beta * src) in the data's dtype (the primitive's lowering).
 
     `platform` is the lowering's: "cpu", "gpu" (CUDA and ROCm) or None for
-    any other. `accuracy` "highest": the correctly rounded evaluation
-    (`_highest`) for float32, bfloat16 and float16 data. On CPUs every NaN
-    of the bfloat16 kernel has its low 16 bits clear once beta's is
-    (`canonical_nan`), so the final rounding needs no NaN select: about 5%
+    any other. `accuracy` "highest": the correctly rounded evaluation for
+    float32, bfloat16 and float16 data, in float64 (`_highest`) where the
+    platform has it and in float32 arithmetic elsewhere (`_highest32`). On
+    CPUs every NaN of the bfloat16 kernel has its low 16 bits clear once
+    beta's is (`canonical_nan`), so the final rounding needs no NaN select:
+    about 5%
     of the bfloat16 loop. On GPUs the half-precision
     types take `sigmoid_times_half_gpu` with XLA's own converts.
     """
     dtype = src.dtype
     cpu = platform == "cpu"
     if accuracy == "highest" and dtype in (np.float32, _BF16, np.float16):
-        highest_platform(platform, "softplus_backward")
+        if platform is None:
+            return _highest32.backward(src, dd, beta)
         with _wide._float64():
             return _highest.backward(src, dd, beta)
     if platform == "gpu" and dtype in (_BF16, np.float16):

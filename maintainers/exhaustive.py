@@ -32,6 +32,7 @@ every N-th bit pattern and thins the second pass alike
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -817,19 +818,36 @@ def _write(directory, name, text, m, commit, stride, seconds, cells):
         )
 
 
+def _platform(name):
+    """A context in which the ops are lowered as for platform `name`."""
+    if name == "cpu":
+        return contextlib.nullcontext()
+    from jax_softplus.testing import lowered_as
+
+    return lowered_as(name)
+
+
 def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def write_highest_tables(directory, cells, stride, seconds):
-    """exhaustive-highest.md and .json."""
+def write_highest_tables(directory, cells, stride, seconds, platform="cpu"):
+    """exhaustive-highest.md and .json (platform "tpu": -tpu.md and .json)."""
     m = machine()
     commit = _commit()
+    flags = "" if platform == "cpu" else f" --platform {platform}"
+    flags += "" if stride == 1 else f" --stride {stride}"
     where = (
         f"Measured on {machine_line(m)}, commit {commit}, in {seconds / 60:.0f} "
-        "minutes; written by `python maintainers/exhaustive.py --accuracy highest "
-        f"--tables {directory}`."
+        "minutes; written by `python maintainers/exhaustive.py --accuracy highest"
+        f"{flags} --tables {directory}`."
     )
+    if platform != "cpu":
+        where += (
+            f" Lowered as for a {platform.upper()} (`jax_softplus.testing."
+            f'lowered_as("{platform}")`: the evaluation in float32 arithmetic, '
+            "with no float64 operation) and run by this CPU's XLA."
+        )
     ld = sum(c.long_double for c in cells.values())
     mp = sum(c.mpmath for c in cells.values())
     how = (
@@ -838,7 +856,8 @@ def write_highest_tables(directory, cells, stride, seconds):
         f"mpmath for {mp:,} where neither could.\n"
     )
     text = where + "\n\n" + markdown_highest(cells, stride) + how
-    _write(directory, "exhaustive-highest", text, m, commit, stride, seconds, cells)
+    name = "exhaustive-highest" + ("" if platform == "cpu" else f"-{platform}")
+    _write(directory, name, text, m, commit, stride, seconds, cells)
 
 
 def main(argv=None):
@@ -875,7 +894,17 @@ def main(argv=None):
         help="with --accuracy highest: random t per beta for the diff_dst "
         "chosen near a rounding midpoint",
     )
+    p.add_argument(
+        "--platform",
+        choices=("cpu", "tpu"),
+        default="cpu",
+        help="with --accuracy highest: the evaluation of this platform, "
+        "lowered for it and run here (tpu: float32 arithmetic; "
+        "exhaustive-highest-tpu.md/.json)",
+    )
     args = p.parse_args(argv)
+    if args.platform != "cpu" and args.accuracy != "highest":
+        p.error("--platform needs --accuracy highest")
     if args.accuracy == "highest" and args.random_betas:
         started = time.perf_counter()
         cells = random_betas_highest(args.random_betas, log=_log)
@@ -889,11 +918,14 @@ def main(argv=None):
         return
     if args.accuracy == "highest":
         started = time.perf_counter()
-        cells = run_highest(stride=args.stride, near=args.near, log=_log)
+        with _platform(args.platform):
+            cells = run_highest(stride=args.stride, near=args.near, log=_log)
         seconds = time.perf_counter() - started
         print(markdown_highest(cells, args.stride))
         if args.tables:
-            write_highest_tables(args.tables, cells, args.stride, seconds)
+            write_highest_tables(
+                args.tables, cells, args.stride, seconds, args.platform
+            )
             print(f"tables written to {args.tables}")
         return
     if args.random_betas:

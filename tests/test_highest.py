@@ -333,23 +333,6 @@ def test_an_unknown_accuracy_is_a_type_error_naming_the_argument(bad):
         softplus_backward_p.bind(x, x, F32(1), accuracy="high")
 
 
-def test_tpus_are_told_at_lowering_gpus_get_float64():
-    spec = jax.ShapeDtypeStruct((8,), F32)
-
-    def f(x):
-        return softplus(x, 1.7, accuracy=HIGHEST) + softplus_backward(
-            x, x, 1.7, accuracy=HIGHEST
-        )
-
-    module = export.export(jax.jit(f), platforms=("cuda",))(spec).mlir_module()
-    assert "f64" in module and "custom_call" not in module
-    with pytest.raises(NotImplementedError, match="float64, which this platform"):
-        export.export(jax.jit(f), platforms=("tpu",))(spec)
-    with lowered_as("tpu"):
-        with pytest.raises(NotImplementedError, match="HIGHEST"):
-            f(jnp.ones(8))
-
-
 @pytest.mark.parametrize("dtype", [F32, jnp.bfloat16, np.float16], ids=dtype_id)
 def test_special_values_are_the_defaults(dtype):
     # One rule for every accuracy (docs/tables/specials.md): the sign of a
