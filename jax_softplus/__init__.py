@@ -19,4 +19,4 @@ __all__ = [
     "softplus_backward_inplace",
     "softplus_backward_p",
 ]
-__version__ = "0.4.0"
+__version__ = "0.5.0"

@@ -4,13 +4,14 @@ cannot decide: what `_dd` is to the float64 evaluation.
 
 An expansion is an array of shape (WORDS, ...) whose value is the sum of
 its words, largest first, each below an ulp of the one before; five words
-carry about 2**-115 relative. Every step is Knuth's sum or Dekker's
-product with a bit-mask split, exact whether or not the compiler contracts
-a multiply-add, and nothing here calls the platform's division, `exp` or
-`log`: the arithmetic relies on float32 addition and multiplication
-rounding to nearest, nothing more. The caller keeps every value near 1
-(exponents are carried apart), so that the words a platform flushes below
-float32's normal range are below 2**-126 of the value.
+carry about 2**-118 relative (measured against mpmath). Every step is
+Knuth's sum or Dekker's product with a bit-mask split, exact whether or
+not the compiler contracts a multiply-add, and nothing here calls the
+platform's division, `exp` or `log`: the arithmetic relies on float32
+addition and multiplication rounding to nearest, nothing more. The caller
+keeps every value near 1 (exponents are carried apart), so that the words
+a platform flushes below float32's normal range are below 2**-126 of the
+value.
 
 The code is written for compactness, not speed: the loops are XLA loops
 (one traced body each), and `_highest32` calls it on a few elements.
@@ -28,6 +29,10 @@ from jax import lax
 from jax_softplus import _math, _math64
 
 WORDS = 5
+# Passes of `renorm`'s distillation: six leave exp, quotients and products
+# within 2**-118 (three, with the terms sorted first, did too, at three
+# times the cost: XLA:CPU sorts slowly; four, unsorted, 2**-102).
+PASSES = 6
 _F32 = np.float32
 
 
@@ -35,12 +40,6 @@ def two_prod(a, b):
     """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker)."""
     p = a * b
     return p, _math._product_error(a, b, p)
-
-
-def _sorted(t):
-    """The terms t (m, ...) by decreasing magnitude along the first axis."""
-    _, out = lax.sort((lax.neg(lax.abs(t)), t), dimension=0, num_keys=1)
-    return out
 
 
 def _vec_sum(t):
@@ -68,9 +67,6 @@ def renorm(t, words=WORDS):
     return t[:words]
 
 
-PASSES = 6
-
-
 def const(value, like):
     """The expansion of an exact rational `value`, shaped as `like`'s
     words, behind a barrier (XLA folds `(v + C) - C`)."""
@@ -96,10 +92,6 @@ def add(a, b):
     return renorm(jnp.stack([a, b], 1).reshape((-1,) + a.shape[1:]))
 
 
-def neg(a):
-    return -a
-
-
 def mul(a, b):
     """a b: the partial products of words i + j < WORDS exactly, the next
     diagonal rounded."""
@@ -119,10 +111,11 @@ def mul_scalar(a, v):
 
 
 def div(a, b):
-    """a / b: WORDS + 1 float32 quotients, each of the exact remainder by
-    b's first word (the quotient of a float32 division by it need not be
-    correctly rounded: the next remainder takes its error)."""
-    inv = 1.0 / b[0]
+    """a / b for b's first word in [1, 4): WORDS + 1 quotients, each of
+    the exact remainder by b's first word times a Newton reciprocal of it
+    (`_math64._reciprocal`, float32's precision: the next remainder takes
+    each quotient's error)."""
+    inv = _math64._reciprocal(b[0])
 
     def step(i, carry):
         rem, qs = carry

@@ -1,7 +1,9 @@
 """Correctly rounded values on request: `accuracy=lax.AccuracyMode.HIGHEST`.
 
 For float32, bfloat16 and float16 data, both ops return the exact value
-rounded to nearest even, wherever it is a normal number of the dtype:
+rounded to nearest even, wherever it is a normal number of the dtype (on
+a platform without float64, `_highest32` takes the same steps in float32
+arithmetic):
 
 1. **float64.** t = beta * src is exact in float64 (two 24-bit
    significands); exp(-|t|) comes from `_math64`'s Cody-Waite reduction and

@@ -16,7 +16,6 @@ from exhaustive import (
     near_midpoint_softplus,
 )
 from helpers import dtype_id, seed_of
-from jax import export
 
 from jax_softplus import (
     _dd,
@@ -28,7 +27,6 @@ from jax_softplus import (
     softplus_backward_p,
 )
 from jax_softplus._softplus import MECHANISM
-from jax_softplus.testing import lowered_as
 
 HIGHEST = jax.lax.AccuracyMode.HIGHEST
 DEFAULT = jax.lax.AccuracyMode.DEFAULT
