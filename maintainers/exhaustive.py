@@ -24,9 +24,14 @@ betas too.
 beta, the maximum error in ulps, the input where it occurs, and how many
 elements counted; the machine, the commit and the stride (`--render JSON`
 writes them again from a run's exhaustive.json). The full run's time is
-in its table (48 minutes on 2 cores; HIGHEST's, 62); `--stride N` takes
-every N-th bit pattern and thins the second pass alike
-(tests/test_exhaustive.py runs the same code with a large stride).
+in its table (48 minutes on 2 cores; HIGHEST's, 75 minutes beside other
+runs); `--stride N` takes every N-th bit pattern and thins the second pass
+alike (tests/test_exhaustive.py runs the same code with a large stride).
+
+`--accuracy highest` counts the results of accuracy=HIGHEST that are not
+correctly rounded (exhaustive-highest.md); with `--platform tpu`, those of
+the TPUs' float32 evaluation, lowered as for a TPU and run by this CPU
+(exhaustive-highest-tpu.md).
 """
 
 from __future__ import annotations

@@ -97,8 +97,10 @@ SCRIPTS = {
             "--random-betas": COUNTS,
             "--accuracy": ("low",),
             "--near": ("-1", "x"),
+            "--platform": ("gpu", ""),
         },
-        [],
+        # Another platform's evaluation is HIGHEST's only.
+        [["--platform", "tpu"]],
     ),
     "maintainers/roofline.py": (
         {"--dtypes": LISTS, "--beta": ("0", "nan", "x"), "--sizes": SIZES},
