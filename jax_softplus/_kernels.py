@@ -52,9 +52,8 @@ def backward_kernel(src, dd, beta, hints, *, platform=None, accuracy=None):
     platform has it and in float32 arithmetic elsewhere (`_highest32`). On
     CPUs every NaN of the bfloat16 kernel has its low 16 bits clear once
     beta's is (`canonical_nan`), so the final rounding needs no NaN select:
-    about 5%
-    of the bfloat16 loop. On GPUs the half-precision
-    types take `sigmoid_times_half_gpu` with XLA's own converts.
+    about 5% of the bfloat16 loop. On GPUs the half-precision types take
+    `sigmoid_times_half_gpu` with XLA's own converts.
     """
     dtype = src.dtype
     cpu = platform == "cpu"
