@@ -32,6 +32,13 @@ alike (tests/test_exhaustive.py runs the same code with a large stride).
 correctly rounded (exhaustive-highest.md); with `--platform tpu`, those of
 the TPUs' float32 evaluation, lowered as for a TPU and run by this CPU
 (exhaustive-highest-tpu.md).
+
+A HIGHEST run can be split into parts that fit a session each: `--stride N
+--offset K` takes the bit patterns K, K + N, K + 2N, ..., and with
+`--tables` adds its counts to those of the table's other parts of the same
+stride (each part listed with its machine, commit and time; the
+bfloat16/float16 and near-midpoint passes run in part 0). The N parts
+together are every finite float32 src, and the table says so.
 """
 
 from __future__ import annotations
@@ -571,13 +578,16 @@ def _convergents(r, limit):
         x = 1 / frac
 
 
-def run_highest(betas=BETAS, stride=1, chunk=1 << 20, near=2000, seed=0, log=None):
+def run_highest(
+    betas=BETAS, stride=1, chunk=1 << 20, near=2000, seed=0, log=None, offset=0
+):
     """{(quantity, beta): HighestCell}: float32 softplus_backward (diff_dst
-    random over binades) and softplus at HIGHEST on every stride-th bit
-    pattern of src, softplus_backward with diff_dst near a midpoint at
-    `near` random t per beta (`near_midpoint_diff_dst`), and every
-    bfloat16 / float16 bit pattern of src for both ops; counted: results
-    whose exact value is normal and that differ from its correct rounding."""
+    random over binades) and softplus at HIGHEST on the bit patterns
+    offset, offset + stride, ... of src; at offset 0, softplus_backward
+    with diff_dst near a midpoint at `near` random t per beta
+    (`near_midpoint_diff_dst`) and every bfloat16 / float16 bit pattern of
+    src for both ops; counted: results whose exact value is normal and that
+    differ from its correct rounding."""
     cells: dict = {}
 
     def cell(q, beta):
@@ -597,10 +607,10 @@ def run_highest(betas=BETAS, stride=1, chunk=1 << 20, near=2000, seed=0, log=Non
     starts = list(range(0, total, chunk * stride))
     started = time.perf_counter()
     for i, start in enumerate(starts):
-        src = bit_patterns(start, min(start + chunk * stride, total), stride)
+        src = bit_patterns(start + offset, min(start + chunk * stride, total), stride)
         if not src.size:
             continue
-        dd = diff_dst_for(src.size, i)
+        dd = diff_dst_for(src.size, i + (offset << 16))
         for beta in betas:
             got = _highest(src, dd, np.float32(beta))
             check(("softplus_backward", "softplus"), got, src, dd, beta, 24)
@@ -608,6 +618,8 @@ def run_highest(betas=BETAS, stride=1, chunk=1 << 20, near=2000, seed=0, log=Non
             done = (i + 1) / len(starts)
             spent = time.perf_counter() - started
             log(f"{done:6.1%} of the bit patterns, {spent / done - spent:6.0f} s left")
+    if offset:
+        return cells
     rng = np.random.default_rng(seed)
     for beta in betas:
         src, dd = near_midpoint_diff_dst(beta, near, rng)
@@ -711,16 +723,30 @@ def _count(cell, got, reference, src, dd, tiny=_TINY, top=_MAX):
     cell.wrong += int(wrong.size)
 
 
-def markdown_highest(cells, stride) -> str:
+def coverage(stride, offsets=(0,)) -> str:
+    """Which float32 bit patterns of src the parts `offsets` of a run with
+    `stride` took, in words."""
+    offsets = sorted(set(offsets))
+    if offsets == list(range(stride)):
+        return "every finite float32 src"
+    if offsets == [0]:
+        return f"every {stride}-th bit pattern"
+    which = ", ".join(map(str, offsets))
+    return (
+        f"the bit patterns k mod {stride} for k = {which} "
+        f"({len(offsets)} of the {stride} parts)"
+    )
+
+
+def markdown_highest(cells, stride, offsets=(0,)) -> str:
     betas = list(dict.fromkeys(c.beta for c in cells.values()))
     quantities = list(dict.fromkeys(c.quantity for c in cells.values()))
-    which = (
-        "every finite float32 src" if stride == 1 else f"every {stride}-th bit pattern"
-    )
+    halves = any("float16" in q for q in quantities)
     out = [
         "Results not correctly rounded at accuracy=HIGHEST, of those whose exact "
-        f"value is a normal number ({which}; every bfloat16 and float16 src; "
-        "diff_dst random over binades, or chosen so that the result lies "
+        f"value is a normal number ({coverage(stride, offsets)}; "
+        + ("every bfloat16 and float16 src; " if halves else "")
+        + "diff_dst random over binades, or chosen so that the result lies "
         "within about 2**-46 of a rounding midpoint):\n"
     ]
     heads = " | ".join(f"beta = {b:g}" for b in betas)
@@ -836,33 +862,98 @@ def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def write_highest_tables(directory, cells, stride, seconds, platform="cpu"):
-    """exhaustive-highest.md and .json (platform "tpu": -tpu.md and .json)."""
-    m = machine()
-    commit = _commit()
+def _highest_runs(path, stride, offset):
+    """The runs in the table's JSON at `path` that a new part (`stride`,
+    `offset`) keeps: the other parts of the same stride. A JSON from before
+    parts holds one run, part 0."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        data = json.load(f)
+    runs = data.get("runs", [{"offset": 0, **data}])
+    return [r for r in runs if r["stride"] == stride and r["offset"] != offset]
+
+
+def merge_highest(runs):
+    """{(quantity, beta): HighestCell}: the counts of `runs` (JSON runs of
+    the parts of one stride) added up; the first wrong result kept."""
+    cells: dict = {}
+    for run in runs:
+        for c in run["cells"]:
+            part = HighestCell(**c)
+            key = (part.quantity, part.beta)
+            if key not in cells:
+                cells[key] = part
+                continue
+            total = cells[key]
+            if part.wrong and not total.wrong:
+                total.src, total.diff_dst = part.src, part.diff_dst
+                total.got, total.want = part.got, part.want
+            total.wrong += part.wrong
+            total.count += part.count
+            total.long_double += part.long_double
+            total.mpmath += part.mpmath
+    return cells
+
+
+def write_highest_tables(directory, cells, stride, seconds, platform="cpu", offset=0):
+    """exhaustive-highest.md and .json (platform "tpu": -tpu.md and .json).
+    The part `offset` of a run with `stride` joins the parts of that stride
+    already in the JSON (replacing an earlier run of the same part); the
+    table adds up their counts and names each part's machine, commit and
+    time."""
+    name = "exhaustive-highest" + ("" if platform == "cpu" else f"-{platform}")
+    path = os.path.join(directory, f"{name}.json")
+    run = {
+        "machine": machine(),
+        "commit": _commit(),
+        "stride": stride,
+        "offset": offset,
+        "seconds": seconds,
+        "cells": [asdict(c) for c in cells.values()],
+    }
+    runs = sorted(
+        _highest_runs(path, stride, offset) + [run], key=lambda r: r["offset"]
+    )
+    offsets = [r["offset"] for r in runs]
     flags = "" if platform == "cpu" else f" --platform {platform}"
     flags += "" if stride == 1 else f" --stride {stride}"
-    where = (
-        f"Measured on {machine_line(m)}, commit {commit}, in {seconds / 60:.0f} "
-        "minutes; written by `python maintainers/exhaustive.py --accuracy highest"
-        f"{flags} --tables {directory}`."
-    )
+    command = "`python maintainers/exhaustive.py --accuracy highest" + flags
+    if offsets == [0]:
+        where = (
+            f"Measured on {machine_line(run['machine'])}, commit {run['commit']}, in "
+            f"{seconds / 60:.0f} minutes; written by {command} --tables {directory}`."
+        )
+    else:
+        parts = "; ".join(
+            f"K = {r['offset']} on {machine_line(r['machine'])}, commit "
+            f"{r['commit']}, in {r['seconds'] / 60:.0f} minutes"
+            for r in runs
+        )
+        where = (
+            f"Measured in {len(runs)} parts, each written by {command} --offset K "
+            f"--tables {directory}`: {parts}."
+        )
     if platform != "cpu":
         where += (
             f" Lowered as for a {platform.upper()} (`jax_softplus.testing."
             f'lowered_as("{platform}")`: the evaluation in float32 arithmetic, '
-            "with no float64 operation) and run by this CPU's XLA."
+            "with no float64 operation) and run by the CPU's XLA."
         )
-    ld = sum(c.long_double for c in cells.values())
-    mp = sum(c.mpmath for c in cells.values())
+    merged = merge_highest(runs)
+    ld = sum(c.long_double for c in merged.values())
+    mp = sum(c.mpmath for c in merged.values())
     how = (
         f"\nThe reference rounded each exact value in float64 where that could "
         f"decide, in long double for {ld:,} elements where it could not, and in "
         f"mpmath for {mp:,} where neither could.\n"
     )
-    text = where + "\n\n" + markdown_highest(cells, stride) + how
-    name = "exhaustive-highest" + ("" if platform == "cpu" else f"-{platform}")
-    _write(directory, name, text, m, commit, stride, seconds, cells)
+    text = where + "\n\n" + markdown_highest(merged, stride, offsets) + how
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{name}.md"), "w") as f:
+        f.write(text)
+    with open(path, "w") as f:
+        json.dump({"runs": runs}, f, indent=1)
 
 
 def main(argv=None):
@@ -907,9 +998,24 @@ def main(argv=None):
         "lowered for it and run here (tpu: float32 arithmetic; "
         "exhaustive-highest-tpu.md/.json)",
     )
+    p.add_argument(
+        "--offset",
+        type=non_negative_int,
+        default=0,
+        metavar="K",
+        help="with --accuracy highest: the part K of the run, bit patterns "
+        "K, K + N, ... (N: --stride), added to the table's other parts",
+    )
     args = p.parse_args(argv)
     if args.platform != "cpu" and args.accuracy != "highest":
         p.error("--platform needs --accuracy highest")
+    if args.offset and args.accuracy != "highest":
+        p.error("--offset needs --accuracy highest")
+    if args.offset >= args.stride:
+        p.error(
+            f"--offset {args.offset} is not below --stride {args.stride}: "
+            f"the parts are 0 to {args.stride - 1}"
+        )
     if args.accuracy == "highest" and args.random_betas:
         started = time.perf_counter()
         cells = random_betas_highest(args.random_betas, log=_log)
@@ -924,12 +1030,14 @@ def main(argv=None):
     if args.accuracy == "highest":
         started = time.perf_counter()
         with _platform(args.platform):
-            cells = run_highest(stride=args.stride, near=args.near, log=_log)
+            cells = run_highest(
+                stride=args.stride, near=args.near, log=_log, offset=args.offset
+            )
         seconds = time.perf_counter() - started
-        print(markdown_highest(cells, args.stride))
+        print(markdown_highest(cells, args.stride, (args.offset,)))
         if args.tables:
             write_highest_tables(
-                args.tables, cells, args.stride, seconds, args.platform
+                args.tables, cells, args.stride, seconds, args.platform, args.offset
             )
             print(f"tables written to {args.tables}")
         return

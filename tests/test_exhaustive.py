@@ -5,6 +5,7 @@ docs/tables/exhaustive.md, held to the bounds the README quotes."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import exhaustive
 import jax
@@ -139,3 +140,44 @@ def test_near_midpoint_inputs_at_the_ends_of_the_beta_range(beta):
     # t / beta overflowed float32 at tiny betas (the random-beta search).
     src, dd = exhaustive.near_midpoint_diff_dst(beta, 20, np.random.default_rng(0))
     assert src.size and np.isfinite(src).all() and np.isfinite(dd).all()
+
+
+def test_parts_of_a_highest_run_add_up(tmp_path, monkeypatch):
+    # Parts 0 and 1 of a stride-2**16 run: part 1 takes the odd multiples
+    # of the offset only (no half-type or near-midpoint pass), and the
+    # table adds both parts' counts; a part run again replaces itself.
+    monkeypatch.setattr(exhaustive, "_commit", lambda: "abc1234")
+    betas, stride = (1.7,), 1 << 16
+    parts = [
+        exhaustive.run_highest(betas=betas, stride=stride, near=8, offset=k)
+        for k in (0, 1)
+    ]
+    assert set(parts[1]) == {(q, 1.7) for q in ("softplus_backward", "softplus")}
+    assert len(parts[0]) > len(parts[1])
+    for k in (0, 1, 1):
+        exhaustive.write_highest_tables(
+            tmp_path, parts[k], stride, 60.0 * (k + 1), "tpu", offset=k
+        )
+    data = json.loads((tmp_path / "exhaustive-highest-tpu.json").read_text())
+    assert [r["offset"] for r in data["runs"]] == [0, 1]
+    text = (tmp_path / "exhaustive-highest-tpu.md").read_text()
+    counted = parts[0][("softplus", 1.7)].count + parts[1][("softplus", 1.7)].count
+    assert f"| softplus | 0 | {counted:,} |" in text
+    assert "Measured in 2 parts" in text and "K = 1 on " in text
+    assert "in 1 minutes" in text and "in 2 minutes" in text
+    assert "2 of the 65536 parts" in text
+    assert exhaustive.coverage(4, (3, 1, 0, 2)) == "every finite float32 src"
+    assert exhaustive.coverage(4) == "every 4-th bit pattern"
+
+
+def test_a_table_from_before_parts_is_part_0(tmp_path):
+    cell = exhaustive.HighestCell("softplus", 1.0, count=5)
+    old = {"machine": exhaustive.machine(), "commit": "0ld", "stride": 4,
+           "seconds": 60.0, "cells": [asdict(cell)]}  # fmt: skip
+    (tmp_path / "exhaustive-highest.json").write_text(json.dumps(old))
+    new = {("softplus", 1.0): exhaustive.HighestCell("softplus", 1.0, count=7)}
+    exhaustive.write_highest_tables(tmp_path, new, 4, 120.0, offset=3)
+    text = (tmp_path / "exhaustive-highest.md").read_text()
+    assert "K = 0 on " in text and "commit 0ld" in text
+    assert "| softplus | 0 | 12 |" in text
+    assert "k = 0, 3 (2 of the 4 parts)" in text

@@ -98,9 +98,15 @@ SCRIPTS = {
             "--accuracy": ("low",),
             "--near": ("-1", "x"),
             "--platform": ("gpu", ""),
+            "--offset": ("-1", "x"),
         },
-        # Another platform's evaluation is HIGHEST's only.
-        [["--platform", "tpu"]],
+        # Another platform's evaluation and a part of a run are HIGHEST's
+        # only, and a part is below the stride.
+        [
+            ["--platform", "tpu"],
+            ["--offset", "1", "--stride", "2"],
+            ["--accuracy", "highest", "--stride", "8", "--offset", "8"],
+        ],
     ),
     "maintainers/roofline.py": (
         {"--dtypes": LISTS, "--beta": ("0", "nan", "x"), "--sizes": SIZES},
