@@ -731,10 +731,11 @@ def coverage(stride, offsets=(0,)) -> str:
         return "every finite float32 src"
     if offsets == [0]:
         return f"every {stride}-th bit pattern"
-    which = ", ".join(map(str, offsets))
+    *head, last = map(str, offsets)
+    which = f"{', '.join(head)} or {last}" if head else last
     return (
-        f"the bit patterns k mod {stride} for k = {which} "
-        f"({len(offsets)} of the {stride} parts)"
+        f"{len(offsets)} of the {stride} parts: the bit patterns equal to "
+        f"{which} mod {stride}"
     )
 
 

@@ -168,6 +168,8 @@ def test_parts_of_a_highest_run_add_up(tmp_path, monkeypatch):
     assert "2 of the 65536 parts" in text
     assert exhaustive.coverage(4, (3, 1, 0, 2)) == "every finite float32 src"
     assert exhaustive.coverage(4) == "every 4-th bit pattern"
+    assert exhaustive.coverage(4, (3,)).endswith("equal to 3 mod 4")
+    assert exhaustive.coverage(8, (2, 0, 1)).endswith("equal to 0, 1 or 2 mod 8")
 
 
 def test_a_table_from_before_parts_is_part_0(tmp_path):
@@ -180,4 +182,4 @@ def test_a_table_from_before_parts_is_part_0(tmp_path):
     text = (tmp_path / "exhaustive-highest.md").read_text()
     assert "K = 0 on " in text and "commit 0ld" in text
     assert "| softplus | 0 | 12 |" in text
-    assert "k = 0, 3 (2 of the 4 parts)" in text
+    assert "2 of the 4 parts: the bit patterns equal to 0 or 3 mod 4" in text
