@@ -38,7 +38,8 @@ A HIGHEST run can be split into parts that fit a session each: `--stride N
 `--tables` adds its counts to those of the table's other parts of the same
 stride (each part listed with its machine, commit and time; the
 bfloat16/float16 and near-midpoint passes run in part 0). The N parts
-together are every finite float32 src, and the table says so.
+together are every finite float32 src, and the table says so; `--render
+JSON --accuracy highest` writes it again from its JSON.
 """
 
 from __future__ import annotations
@@ -916,24 +917,37 @@ def write_highest_tables(directory, cells, stride, seconds, platform="cpu", offs
     runs = sorted(
         _highest_runs(path, stride, offset) + [run], key=lambda r: r["offset"]
     )
-    offsets = [r["offset"] for r in runs]
+    write_highest_runs(directory, runs, platform)
+
+
+def write_highest_runs(directory, runs, platform="cpu"):
+    """exhaustive-highest(-platform).md and .json from `runs`, the JSON runs
+    of the parts of one stride (`--render` writes a table again from its
+    JSON this way)."""
+    name = "exhaustive-highest" + ("" if platform == "cpu" else f"-{platform}")
+    stride, offsets = runs[0]["stride"], [r["offset"] for r in runs]
     flags = "" if platform == "cpu" else f" --platform {platform}"
     flags += "" if stride == 1 else f" --stride {stride}"
     command = "`python maintainers/exhaustive.py --accuracy highest" + flags
     if offsets == [0]:
+        (run,) = runs
         where = (
             f"Measured on {machine_line(run['machine'])}, commit {run['commit']}, in "
-            f"{seconds / 60:.0f} minutes; written by {command} --tables {directory}`."
+            f"{run['seconds'] / 60:.0f} minutes; written by {command} --tables "
+            f"{directory}`."
         )
     else:
-        parts = "; ".join(
-            f"K = {r['offset']} on {machine_line(r['machine'])}, commit "
-            f"{r['commit']}, in {r['seconds'] / 60:.0f} minutes"
-            for r in runs
-        )
+        machines: dict = {}  # machine line: its parts, in order
+        for r in runs:
+            machines.setdefault(machine_line(r["machine"]), []).append(
+                f"part {r['offset']}: commit {r['commit']}, "
+                f"in {r['seconds'] / 60:.0f} minutes"
+            )
         where = (
-            f"Measured in {len(runs)} parts, each written by {command} --offset K "
-            f"--tables {directory}`: {parts}."
+            "Measured on "
+            + " and on ".join(f"{m} ({'; '.join(p)})" for m, p in machines.items())
+            + f"; {len(runs)} parts, each written by {command} --offset K "
+            f"--tables {directory}`, whose counts the table adds up."
         )
     if platform != "cpu":
         where += (
@@ -953,7 +967,7 @@ def write_highest_tables(directory, cells, stride, seconds, platform="cpu", offs
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, f"{name}.md"), "w") as f:
         f.write(text)
-    with open(path, "w") as f:
+    with open(os.path.join(directory, f"{name}.json"), "w") as f:
         json.dump({"runs": runs}, f, indent=1)
 
 
@@ -974,7 +988,8 @@ def main(argv=None):
     p.add_argument(
         "--render",
         metavar="JSON",
-        help="write the tables (--tables) again from a run's exhaustive.json",
+        help="write the tables (--tables) again from a run's JSON "
+        "(with --accuracy highest: exhaustive-highest(-tpu).json)",
     )
     p.add_argument(
         "--accuracy",
@@ -1027,6 +1042,15 @@ def main(argv=None):
                 f"{c.long_double:,}, mpmath for {c.mpmath:,})"
             )
         print(f"{(time.perf_counter() - started) / 60:.1f} min on {machine_line()}")
+        return
+    if args.accuracy == "highest" and args.render:
+        if not args.tables:
+            p.error("--render needs --tables DIR")
+        with open(args.render) as f:
+            data = json.load(f)
+        write_highest_runs(args.tables, data.get("runs", [{"offset": 0, **data}]),
+                           args.platform)  # fmt: skip
+        print(f"tables written to {args.tables}")
         return
     if args.accuracy == "highest":
         started = time.perf_counter()

@@ -163,9 +163,17 @@ def test_parts_of_a_highest_run_add_up(tmp_path, monkeypatch):
     text = (tmp_path / "exhaustive-highest-tpu.md").read_text()
     counted = parts[0][("softplus", 1.7)].count + parts[1][("softplus", 1.7)].count
     assert f"| softplus | 0 | {counted:,} |" in text
-    assert "Measured in 2 parts" in text and "K = 1 on " in text
-    assert "in 1 minutes" in text and "in 2 minutes" in text
+    assert text.startswith("Measured on ") and "; 2 parts, each written" in text
+    assert "(part 0: commit abc1234, in 1 minutes; part 1: commit" in text
+    assert "in 2 minutes)" in text
     assert "2 of the 65536 parts" in text
+    again = tmp_path / "again"
+    exhaustive.main(
+        ["--accuracy", "highest", "--platform", "tpu", "--tables", str(again),
+         "--render", str(tmp_path / "exhaustive-highest-tpu.json")]
+    )  # fmt: skip
+    rendered = (again / "exhaustive-highest-tpu.md").read_text()
+    assert rendered == text.replace(str(tmp_path), str(again))
     assert exhaustive.coverage(4, (3, 1, 0, 2)) == "every finite float32 src"
     assert exhaustive.coverage(4) == "every 4-th bit pattern"
     assert exhaustive.coverage(4, (3,)).endswith("equal to 3 mod 4")
@@ -180,6 +188,6 @@ def test_a_table_from_before_parts_is_part_0(tmp_path):
     new = {("softplus", 1.0): exhaustive.HighestCell("softplus", 1.0, count=7)}
     exhaustive.write_highest_tables(tmp_path, new, 4, 120.0, offset=3)
     text = (tmp_path / "exhaustive-highest.md").read_text()
-    assert "K = 0 on " in text and "commit 0ld" in text
+    assert "(part 0: commit 0ld, in 1 minutes; part 3: commit " in text
     assert "| softplus | 0 | 12 |" in text
     assert "2 of the 4 parts: the bit patterns equal to 0 or 3 mod 4" in text
