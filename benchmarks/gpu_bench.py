@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -204,6 +205,45 @@ def _fragment(path, title):
     return f"\n**{title}** ({path.parent.name}/{path.name}).\n\n{body}\n"
 
 
+_ROW = re.compile(
+    r"^(backward|forward)\s+(\w+)\s+(\S+)\s+(.+?\])\s+"
+    r"(jax_softplus, on the GPU(?:, HIGHEST)?)\s+([0-9.]+)\s+([0-9.]+)$"
+)
+
+
+def _search_maxima(path):
+    """The library's largest error per op and dtype, default and HIGHEST,
+    from the accuracy tool's printed rows (`path`, its standard output), with
+    the cell where each was met; "" where the run printed none."""
+    if not path.exists():
+        return ""
+    worst = {}
+    for line in path.read_text().splitlines():
+        m = _ROW.match(line.strip())
+        if not m:
+            continue
+        op, dtype, beta, region, impl, top, _ = m.groups()
+        key = (op, dtype, impl.endswith("HIGHEST"))
+        if key not in worst or float(top) > worst[key][0]:
+            worst[key] = (float(top), beta, region)
+    if not worst:
+        return ""
+    out = [
+        f"\n**Accuracy on the GPU** ({path.name}: the largest error in ulps of"
+        " each op and dtype over the search's cells, and the cell).\n",
+        "| op | dtype | default, max ulp | at beta, region | HIGHEST, max ulp |",
+        "|---|---|---:|---|---:|",
+    ]
+    for op, dtype, highest in sorted(worst):
+        if highest:
+            continue
+        top, beta, region = worst[op, dtype, False]
+        high = worst.get((op, dtype, True))
+        high = f"{high[0]:.2f}" if high else ""
+        out.append(f"| {op} | {dtype} | {top:.2f} | {beta}, {region} | {high} |")
+    return "\n".join(out) + "\n"
+
+
 def render(json_path, directory):
     """docs/tables/gpu.md from a committed run (`--render`): no GPU needed.
 
@@ -235,6 +275,8 @@ def render(json_path, directory):
     if accuracy.exists():
         summary = accuracy.read_text().split("<details")[0]
         text += f"\n**Accuracy on the GPU** (accuracy/accuracy.md).\n\n{summary}"
+    else:  # the search printed its rows, but was stopped before its tables
+        text += _search_maxima(run / "accuracy-values.txt")
     derivatives = run / "accuracy" / "derivatives.md"
     if derivatives.exists():
         summary = derivatives.read_text().split("<details")[0]
@@ -242,8 +284,10 @@ def render(json_path, directory):
     tests = run / "tests.txt"
     if tests.exists():
         last = [line for line in tests.read_text().splitlines() if line.strip()]
-        if last:
+        if last and re.search(r"\b(passed|failed|error)", last[-1]):
             text += f"\nThe tests on the GPU: `{last[-1].strip('= ')}`.\n"
+        else:  # cut off by the step's time limit: no summary line
+            text += "\nThe tests on the GPU did not finish in their step's time.\n"
     Path(directory).mkdir(parents=True, exist_ok=True)
     (Path(directory) / "gpu.md").write_text(text)
 

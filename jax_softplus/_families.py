@@ -72,7 +72,7 @@ def _flushed(beta):
     """A subnormal beta is 0, as the public boundary makes a concrete one
     and as the CPU's arithmetic reads it (the exponent bookkeeping would
     read its bits)."""
-    tiny = np.finfo(beta.dtype).tiny
+    tiny = jnp.finfo(beta.dtype).tiny
     return jnp.where(lax.abs(beta) < tiny, jnp.zeros_like(beta), beta)
 
 

@@ -31,6 +31,7 @@ expensive operation into several consumers).
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -198,7 +199,7 @@ def _pending_mask(values):
     NaN of the data with that payload is taken as pending too, and step 3
     gives it NaN again."""
     utype, bits = _PENDING[np.dtype(values.dtype)]
-    quiet = utype(1 << (np.finfo(values.dtype).nmant - 1))
+    quiet = utype(1 << (jnp.finfo(values.dtype).nmant - 1))
     raw = lax.bitcast_convert_type(values, utype)
     return (raw & ~quiet) == utype(bits)
 

@@ -217,7 +217,7 @@ def test_a_quieted_marker_is_still_pending(dtype):
     # XLA:CPU quieted the marker of a lone element (a 0-d call) it moved
     # through a scalar register: the element came back NaN.
     utype, bits = _highest._PENDING[np.dtype(dtype)]
-    quiet = 1 << (np.finfo(dtype).nmant - 1)
+    quiet = 1 << (jnp.finfo(dtype).nmant - 1)
     raw = np.array([bits, bits | quiet, bits + 1], utype)
     mask = _highest._pending_mask(jnp.asarray(raw.view(dtype)))
     np.testing.assert_array_equal(mask, [True, True, False])

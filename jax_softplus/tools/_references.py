@@ -248,7 +248,7 @@ LOWEST_ULPS = 8
 def normal_exact(ref, dtype) -> np.ndarray:
     """Where an exact value (float64, or hi + 1j * lo) is normal in `dtype`,
     at least `LOWEST_ULPS` ulps above the smallest normal."""
-    info = np.finfo(dtype)
+    info = jnp.finfo(dtype)
     lowest = float(info.tiny) * (1 + LOWEST_ULPS * float(info.eps))
     hi = np.real(ref)
     return np.isfinite(hi) & (np.abs(hi) >= lowest) & (np.abs(hi) <= info.max)
@@ -263,7 +263,7 @@ def derivative_error(got, ref, scale, dtype, relative=False) -> np.ndarray:
     terms' magnitudes, which exceeds |exact| only near a zero of the
     derivative's own.
     """
-    info = np.finfo(dtype)
+    info = jnp.finfo(dtype)
     normal = normal_exact(ref, dtype)
     hi, lo = np.real(ref)[normal], np.imag(ref)[normal]
     size = np.maximum(np.abs(hi), scale[normal])

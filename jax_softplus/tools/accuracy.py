@@ -492,7 +492,7 @@ DERIVATIVES = (
 def _beta_ranges(dtype):
     """{label: (log10 lo, log10 hi)} of |beta|, both signs taken: from the
     dtype's smallest normal to its largest, the middle in decades."""
-    info = np.finfo(dtype)
+    info = jnp.finfo(dtype)
     tiny, top = float(info.tiny), float(info.max)
     return {
         f"{tiny:.2g}..1e-5": (float(np.log10(tiny)), -5.0),
@@ -558,7 +558,7 @@ def _derivative_inputs(n, log_range, dtype, dd_range, rng):
     subnormal operand as 0."""
     dtype = np.dtype(dtype)
     span = _SPAN[dtype]
-    tiny = np.finfo(dtype).tiny
+    tiny = jnp.finfo(dtype).tiny
     points = [p for q in _search.SWITCHES_DERIVATIVES for p in (q, -q)]
     for _ in range(4):
         b = dtype.type(10.0 ** rng.uniform(*log_range) * rng.choice([-1.0, 1.0]))

@@ -316,7 +316,7 @@ def _holds(got, expected, dtype):
         return not math.isfinite(got)
     if math.isnan(expected):
         return math.isnan(got)
-    if abs(expected) < np.finfo(dtype).tiny:  # 0, or flushed to it
+    if abs(expected) < jnp.finfo(dtype).tiny:  # 0, or flushed to it
         return got == 0
     if math.isinf(expected):
         return got == expected
