@@ -419,3 +419,24 @@ def test_softplus_near_a_midpoint_takes_the_double_double_step(dtype):
         assert np.sum(gap < 2.0**-53) >= 3, np.log2(np.sort(gap)[:4])
     else:
         assert gap.max() < 2.0**-30
+
+
+def test_half_types_need_not_be_known_to_numpy_finfo(monkeypatch):
+    # NumPy's finfo knows ml_dtypes' bfloat16 only with some ml_dtypes
+    # (0.6.0 beside NumPy 2.5.2 raised "not compatible with finfo", which
+    # broke HIGHEST in bfloat16 on a GPU machine); jnp.finfo knows it always.
+    real = np.finfo
+
+    def numpy_without_ml_dtypes(dtype):
+        if np.dtype(dtype) == np.dtype(jnp.bfloat16):
+            raise ValueError(f"data type {np.dtype(dtype)!r} not inexact")
+        return real(dtype)
+
+    monkeypatch.setattr(np, "finfo", numpy_without_ml_dtypes)
+    x = jnp.linspace(-3.0, 3.0, 37, dtype=jnp.bfloat16)  # a shape traced anew
+    for accuracy in (None, HIGHEST):
+        got = softplus_backward(x, jnp.ones_like(x), 1.7, accuracy=accuracy)
+        ref = np.ones(x.shape) / (1 + np.exp(-1.7 * np.asarray(x, np.float64)))
+        np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=2**-7)
+        grad = jax.grad(lambda b, a=accuracy: softplus(x, b, accuracy=a).sum())
+        assert np.isfinite(float(grad(jnp.bfloat16(1.7))))
