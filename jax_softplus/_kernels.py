@@ -106,19 +106,20 @@ def softplus_kernel(x, beta, hints):
         kernel = functools.partial(softplus_f32, compensate=compensate, balance=balance)
         # This kernel is traced outside any lowering rule (it is not a
         # primitive's): the platform is known when XLA lowers it, which is
-        # where `platform_dependent` picks its branch (no run-time cond). Not
-        # under `jax.disable_jit`, where each op runs alone and nothing is
-        # contracted.
-        # (`jax_softplus.testing.lowered_as` has the CPU take another
-        # platform's branch.)
-        if (
-            compensate
-            and fma_contracts()
-            and not jax.config.jax_disable_jit
-            and not _platforms.is_emulating_another()
-        ):
-            fused = functools.partial(kernel, fused=True)
-            return lax.platform_dependent(x, beta, cpu=fused, default=kernel)
-        return kernel(x, beta)
+        # where `platform_dependent` picks its branch (no run-time cond). The
+        # CPU's takes the exact product in FMAs where it has them, the other
+        # platforms' a corrected division (theirs may be 2 ulp off). Under
+        # `jax.disable_jit` each op runs alone and nothing is contracted;
+        # `jax_softplus.testing.lowered_as` has the CPU take another
+        # platform's branch.
+        device = functools.partial(kernel, ieee_division=False)
+        if _platforms.is_emulating_another():
+            return device(x, beta)
+        if jax.config.jax_disable_jit:
+            return kernel(x, beta)
+        cpu = kernel
+        if compensate and fma_contracts():
+            cpu = functools.partial(kernel, fused=True)
+        return lax.platform_dependent(x, beta, cpu=cpu, default=device)
     y = softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
     return from_f32(y, x.dtype)

@@ -418,7 +418,49 @@ def _scaled(dd, d, y_scale, ftz):
     is normal, and where dd * y_scale is subnormal so is the result (both
     orders give 0). Without flushing, a subnormal result could round twice.
     """
-    return (dd * y_scale) / d if ftz else (dd / d) * y_scale
+    return (dd * y_scale) / d if ftz else _divide(dd, d) * y_scale
+
+
+def _divide(a, b, div=None):
+    """a / b within half an ulp and a hair, whatever the platform's division
+    (`div`, which the tests replace by one up to 2 ulp off).
+
+    XLA:GPU divides float32 with PTX's `div.full.f32` (within 2 ulp, not
+    correctly rounded), and TPUs through a reciprocal: on an H200 the
+    kernel's one division took the backward op to 2.60 ulp, past the 2.5
+    that XLA:CPU's IEEE division gives. The significands (in [1, 2)) are
+    divided and the quotient corrected once from the exact residual
+    `ma - q mb` (Dekker's product, exact under any contraction, and
+    `ma - fl(q mb)` exact by Sterbenz), which leaves it within 0.5 ulp plus
+    2**-20 ulp and changes no bit of a correctly rounded one; the exponents
+    are then put back in two exact steps. Where either operand is 0,
+    subnormal or not finite, or the result is not finite, it is `div(a, b)`.
+    """
+    div = div or lax.div
+    ma, ea = _significand(a)
+    mb, eb = _significand(b)
+    q = div(ma, mb)
+    p = q * mb
+    r = (ma - p) - _product_error(q, mb, p)
+    fixed = times_pow2(q + div(r, mb), ea - eb)
+    fixed = lax.select((a < 0) != (b < 0), -fixed, fixed)
+    normal = _is_normal(a) & _is_normal(b) & lax.is_finite(fixed)
+    return lax.select(normal, fixed, div(a, b))
+
+
+def _significand(v):
+    """(m, e) with |v| = m 2**e and m in [1, 2), for a normal float32 v."""
+    bits = lax.bitcast_convert_type(v, _I32)
+    e = lax.shift_right_logical(bits, _I32(23)) & _I32(0xFF)
+    m = lax.bitcast_convert_type((bits & _I32(0x7FFFFF)) | _I32(0x3F800000), _F32)
+    return m, e - _I32(127)
+
+
+def _is_normal(v):
+    mag = lax.abs(v)
+    return (mag >= _F32(np.finfo(np.float32).tiny)) & (
+        mag <= _F32(np.finfo(np.float32).max)
+    )
 
 
 def sigmoid_times_f32(
@@ -684,7 +726,7 @@ def _log1p_small(e_hi, e_lo):
     return ((f2 * f) * poly + small) + f + j * _LN2_HI_LOG
 
 
-def softplus_f32(x, beta, *, compensate, balance=True, fused=False):
+def softplus_f32(x, beta, *, compensate, balance=True, fused=False, ieee_division=True):
     """(1/beta) log(1 + exp(beta x)) for float32 operands.
 
     With t = beta x and e = exp(-|t|): softplus = [t > 0] x + log1p(e) / beta,
@@ -695,6 +737,8 @@ def softplus_f32(x, beta, *, compensate, balance=True, fused=False):
     division first so that no intermediate leaves float32's range.
     `fused`: the error-free product is `_fused_product_error`; the balanced
     beta is never below 2**-100, and a moderate one is never either.
+    `ieee_division` False: the platform's division may be off by 2 ulp (GPUs,
+    TPUs), and the one division is corrected (`_divide`).
     """
     x_in, unbalance = x, None
     if balance:
@@ -713,7 +757,7 @@ def softplus_f32(x, beta, *, compensate, balance=True, fused=False):
     e_lo = (scale - e_hi) + ps
     tail = k < _K_TAIL  # log1p(e) = e to 2**-100
     num = lax.select(tail, p + _F32(1), _log1p_small(e_hi, e_lo))
-    q = num / beta  # the one division by beta
+    q = num / beta if ieee_division else _divide(num, beta)  # the one division
     qu = q if unbalance is None else q * unbalance  # at most 2**127 in the tail
     # 2**k = scale * 2**(k + 126) below k = -126.
     tail_part = (qu * scale) * _pow2(lax.min(k + _I32(126), _I32(0)))
