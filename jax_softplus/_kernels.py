@@ -109,14 +109,16 @@ def softplus_kernel(x, beta, hints):
         # where `platform_dependent` picks its branch (no run-time cond). The
         # CPU's takes the exact product in FMAs where it has them, the other
         # platforms' a corrected division (theirs may be 2 ulp off). Under
-        # `jax.disable_jit` each op runs alone and nothing is contracted;
-        # `jax_softplus.testing.lowered_as` has the CPU take another
-        # platform's branch.
+        # `jax.disable_jit` each op runs alone, on the default backend, and
+        # nothing is contracted; `jax_softplus.testing.lowered_as` has the
+        # CPU take another platform's branch.
         device = functools.partial(kernel, ieee_division=False)
         if _platforms.is_emulating_another():
             return device(x, beta)
         if jax.config.jax_disable_jit:
-            return kernel(x, beta)
+            return (
+                kernel(x, beta) if jax.default_backend() == "cpu" else device(x, beta)
+            )
         cpu = kernel
         if compensate and fma_contracts():
             cpu = functools.partial(kernel, fused=True)
