@@ -39,6 +39,7 @@ else
     # Sized from the 2026-12-04 run (jax 0.11.2, H200): the bench rows at
     # 16M and 256M took over 225 s, the accuracy search at 200,000 points
     # per cell 155 s, and 110 s ran a third of the 14 test files listed then.
+    # The steps' limits add up to 570 s.
     size=$((256 << 20)) floor_args="" bench_sizes=16M derivatives=16M
     repeats=5 bench_dtypes=f32,bf16,f16
     accuracy_args="-n 100000 --n64 1000 --nd 300"
@@ -55,23 +56,32 @@ python3 -c "import jax; print('jax', jax.__version__, jax.devices())" \
 
 step "memory floor, MLP step, HLO"
 # shellcheck disable=SC2086
-timeout 90 python3 benchmarks/gpu_bench.py --size "$size" $floor_args \
+timeout 80 python3 benchmarks/gpu_bench.py --size "$size" $floor_args \
     --json "$res/gpu_bench.json" --hlo "$res" 2>&1 | tee "$res/gpu_bench.txt"
 
-step "bench rows"
-timeout 190 python3 -m jax_softplus.tools.bench --sizes "$bench_sizes" \
+# Three runs of the bench, each with its own limit and folder, so that one
+# cut short loses its own rows alone (the bench writes its tables at the end).
+step "bench rows: the op in a user's jit"
+timeout 90 python3 -m jax_softplus.tools.bench --sizes "$bench_sizes" \
     --dtypes "$bench_dtypes" --repeats "$repeats" --no-torch --user-jit \
-    --derivatives "$derivatives" --eager --tables "$res/bench" 2>&1 \
-    | tee "$res/bench.txt"
+    --tables "$res/bench" 2>&1 | tee "$res/bench.txt"
+step "bench rows: derivative routes"
+timeout 100 python3 -m jax_softplus.tools.bench --sizes none \
+    --dtypes "$bench_dtypes" --repeats "$repeats" --no-torch \
+    --derivatives "$derivatives" --tables "$res/derivatives" 2>&1 \
+    | tee "$res/bench-derivatives.txt"
+step "bench rows: eager calls"
+timeout 60 python3 -m jax_softplus.tools.bench --sizes none --repeats "$repeats" \
+    --no-torch --eager --tables "$res/eager" 2>&1 | tee "$res/bench-eager.txt"
 
 step "accuracy on the GPU"
 # shellcheck disable=SC2086
-timeout 140 python3 -m jax_softplus.tools.accuracy $accuracy_args \
+timeout 120 python3 -m jax_softplus.tools.accuracy $accuracy_args \
     --tables "$res/accuracy" 2>&1 | tee "$res/accuracy-values.txt" | tail -n 60
 
 step "tests"
 # shellcheck disable=SC2086
-timeout 150 python3 -m pytest -q -p no:cacheprovider $tests 2>&1 \
+timeout 120 python3 -m pytest -q -p no:cacheprovider $tests 2>&1 \
     | tail -n 40 | tee "$res/tests.txt"
 
 step "tables"

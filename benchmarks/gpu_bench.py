@@ -269,8 +269,14 @@ def render(json_path, directory):
     )
     text = markdown(data, where)
     text += _fragment(run / "bench" / "bench-summary.md", "Time over the naive formula")
-    text += _fragment(run / "bench" / "bench-derivatives.md", "Derivative routes")
-    text += _fragment(run / "bench" / "bench-eager.md", "Eager calls")
+    # gpu.sh writes the three sections from three runs, each in its folder
+    # (runs before 2026-12-04: one run, one folder).
+    for name, folder, title in (
+        ("bench-derivatives.md", "derivatives", "Derivative routes"),
+        ("bench-eager.md", "eager", "Eager calls"),
+    ):
+        path = run / folder / name
+        text += _fragment(path if path.exists() else run / "bench" / name, title)
     accuracy = run / "accuracy" / "accuracy.md"
     if accuracy.exists():
         summary = accuracy.read_text().split("<details")[0]
