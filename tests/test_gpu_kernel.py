@@ -185,3 +185,26 @@ def test_the_forward_division_2_ulp_off_changes_no_bit(monkeypatch, beta):
     np.testing.assert_array_equal(device(x, jnp.float32(beta)), ieee)
     monkeypatch.setattr(_math, "_divide", lambda a, b: _division_off_by_2_ulp(a, b))
     assert np.any(np.asarray(device(x, jnp.float32(beta))) != np.asarray(ieee))
+
+
+def test_the_corrected_division_near_midpoints():
+    # The quotients nearest a float32 rounding midpoint out of 2**22 random
+    # ones (within 2**-9 ulp of it, the nearest 2**-21), the hardest for
+    # the correction: with a division up to 2 ulp off each is still the
+    # correctly rounded one (IEEE's bits), within the 0.5 + 2**-20 ulp that
+    # _divide states.
+    from jax_softplus import _math
+
+    rng = np.random.default_rng(seed_of("division near midpoints"))
+    n = 1 << 22
+    a = ((1 + rng.random(n)) * 2.0 ** rng.integers(-60, 60, n)).astype(np.float32)
+    b = ((1 + rng.random(n)) * 2.0 ** rng.integers(0, 60, n)).astype(np.float32)
+    exact = a.astype(np.float64) / b.astype(np.float64)
+    ieee = exact.astype(np.float32)
+    ulp = np.spacing(ieee).astype(np.float64)
+    nearest = np.argsort(0.5 - np.abs(exact - ieee) / ulp)[: 1 << 14]
+    a, b, exact, ieee, ulp = (v[nearest] for v in (a, b, exact, ieee, ulp))
+    got = jax.jit(functools.partial(_math._divide, div=_division_off_by_2_ulp))(a, b)
+    err = np.abs(np.asarray(got, np.float64) - exact) / ulp
+    assert err.max() <= 0.5 + 2.0**-20, (err.max() - 0.5) / 2.0**-20
+    np.testing.assert_array_equal(got, ieee)
