@@ -208,3 +208,58 @@ def test_the_corrected_division_near_midpoints():
     err = np.abs(np.asarray(got, np.float64) - exact) / ulp
     assert err.max() <= 0.5 + 2.0**-20, (err.max() - 0.5) / 2.0**-20
     np.testing.assert_array_equal(got, ieee)
+
+
+@pytest.mark.parametrize("platform", ("gpu", None), ids=("gpu", "tpu"))
+def test_special_values_with_a_division_2_ulp_off(monkeypatch, platform):
+    # NaN, infinities, signed zeros, the largest values and a traced beta of
+    # 0: with a division 2 ulp off, the corrected kernels give what they give
+    # with the IEEE division, sign of zero too.
+    from jax_softplus import _math
+
+    vals = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 200.0, -200.0, 1e-30]
+    vals += [3.4e38, -3.4e38, 60.0, -60.0, 11.0, -11.0, 1.2e-38]
+    src, dd = np.meshgrid(np.asarray(vals, np.float32), np.asarray(vals, np.float32))
+    src, dd = jnp.asarray(src.ravel()), jnp.asarray(dd.ravel())
+
+    def both(b):  # traced anew at each call: _divide is patched between
+        fun = functools.partial(_kernels.backward_kernel, platform=platform)
+        fwd = functools.partial(
+            _math.softplus_f32, compensate=True, ieee_division=False
+        )
+        calls = (
+            jax.jit(lambda s, d, b: fun(s, d, b, BetaHints()))(src, dd, b),
+            jax.jit(fwd)(src, b) if float(b) != 0 else src,  # softplus: beta != 0
+        )
+        return [np.asarray(c) for c in calls]
+
+    divide = _math._divide
+    for beta in (1.0, -1.0, 0.0, 3e38, 1e-30):
+        monkeypatch.setattr(_math, "_divide", divide)
+        ieee = both(jnp.float32(beta))
+        monkeypatch.setattr(
+            _math, "_divide", functools.partial(divide, div=_division_off_by_2_ulp)
+        )
+        for got, want in zip(both(jnp.float32(beta)), ieee, strict=True):
+            nan = np.isnan(want)
+            np.testing.assert_array_equal(np.isnan(got), nan)
+            np.testing.assert_array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+            np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+def test_the_corrected_division_of_special_values():
+    # 0, subnormal, infinite and NaN operands and results that overflow or
+    # underflow: what the division itself gives (the kernels' own selects
+    # hide most of these cases).
+    from jax_softplus import _math
+
+    vals = [0.0, -0.0, 1.5, -3.0, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38]
+    vals += [1e-30, 1.2e-38, 1e-40, -1e-45, 1e30, 2.0**-126]
+    a, b = np.meshgrid(np.asarray(vals, np.float32), np.asarray(vals, np.float32))
+    a, b = jnp.asarray(a.ravel()), jnp.asarray(b.ravel())
+    want = np.asarray(jax.jit(jax.lax.div)(a, b))
+    got = np.asarray(jax.jit(_math._divide)(a, b))
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+    np.testing.assert_array_equal(got[~nan], want[~nan])
