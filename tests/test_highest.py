@@ -91,6 +91,55 @@ def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta):
     assert np.any(default != want[0])
 
 
+# Where step 3's elements sit in a 1000-element array: the loop looks for them
+# by blocks of 32 (the last one 8 long), so at block edges, several in one
+# block, and in the last block, behind the slice's overlap with the one before.
+_DOUBT_AT = [0, 1, 31, 32, 33, 500, 501, 502, 967, 991, 992, 995, 999]
+
+
+def _in_doubt(values, op, dtype=F32):
+    with jax.enable_x64(True):
+        return np.asarray(
+            jax.jit(lambda v: _highest._rounded(v, _highest.ERROR[op], dtype)[1])(
+                values
+            )
+        )
+
+
+def test_elements_in_doubt_anywhere_in_the_array_are_resolved():
+    n, beta = 1000, 1.7
+    assert _highest._block_size(n) == 32
+    rng = np.random.default_rng(seed_of("doubt positions", beta))
+    hard_src, hard_dd = near_midpoint_diff_dst(beta, 200, rng)
+    with jax.enable_x64(True):
+        value = jax.jit(_highest.backward_value)(hard_src, hard_dd, F32(beta))
+    hard = np.flatnonzero(_in_doubt(value, "backward"))[: len(_DOUBT_AT)]
+    assert hard.size == len(_DOUBT_AT)
+    src, dd = np.full(n, F32(0.25)), np.full(n, F32(-3.0))
+    src[_DOUBT_AT], dd[_DOUBT_AT] = hard_src[hard], hard_dd[hard]
+    want = correctly_rounded(src, dd, beta, 24)["backward"]
+    got = softplus_backward(src, dd, beta, accuracy=HIGHEST)
+    assert _check(got, want) == n
+    two_d = softplus_backward(
+        src.reshape(25, 40), dd.reshape(25, 40), beta, accuracy=HIGHEST
+    )
+    np.testing.assert_array_equal(_bits(two_d).ravel(), _bits(got))
+    # The forward op, one beta per element (`near_midpoint_softplus`).
+    x, betas, fwd_want, _ = near_midpoint_softplus(120, rng, 24)
+    x, betas = x.astype(F32), betas.astype(F32)
+    with jax.enable_x64(True):
+        value = jax.jit(jax.vmap(_highest.softplus_value))(x, betas)
+    hard = np.flatnonzero(_in_doubt(value, "forward"))[: len(_DOUBT_AT)]
+    assert hard.size == len(_DOUBT_AT)
+    xs, bs = np.full(n, F32(0.25)), np.full(n, F32(beta))
+    xs[_DOUBT_AT], bs[_DOUBT_AT] = x[hard], betas[hard]
+    got = np.asarray(jax.vmap(lambda v, b: softplus(v, b, accuracy=HIGHEST))(xs, bs))
+    np.testing.assert_array_equal(got[_DOUBT_AT], fwd_want[hard].astype(F32))
+    easy = np.delete(np.arange(n), _DOUBT_AT)
+    one = softplus(F32(0.25), beta, accuracy=HIGHEST)
+    np.testing.assert_array_equal(_bits(got[easy]), np.full(easy.size, _bits(one)))
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "f16"])
 @pytest.mark.parametrize("beta", [1.0, -7.3])
 def test_every_half_bit_pattern_is_correctly_rounded(dtype, beta):
