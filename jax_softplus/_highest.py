@@ -31,6 +31,8 @@ expensive operation into several consumers).
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -205,15 +207,27 @@ def _pending_mask(values):
 
 
 def _block_size(n):
-    """The search's block: a power of two near sqrt(n), so that finding a
-    pending element costs about 2 sqrt(n) reads (its block's flag, then the
-    block) instead of n."""
+    """A block for a flat result: a power of two near sqrt(n)."""
     return min(n, 1 << ((max(n, 1).bit_length()) // 2))
 
 
+def _row_axes(shape):
+    """k such that the trailing axes from k on hold between sqrt(n) / 64 and
+    64 sqrt(n) elements, nearest sqrt(n); None where no k >= 1 does (a 1-d
+    result among them)."""
+    n = math.prod(shape)
+    best = None
+    for k in range(1, len(shape)):
+        size = math.prod(shape[k:])
+        gap = abs(math.log2(max(size, 1)) - math.log2(n) / 2)
+        if gap <= 6 and (best is None or gap < best[0]):
+            best = (gap, k)
+    return None if best is None else best[1]
+
+
 def _block_flags(values, size):
-    """Which blocks of `size` hold a pending element, as bytes (the last
-    one may be shorter)."""
+    """Which runs of `size` of a flat result hold a pending element, as
+    bytes (the last one may be shorter)."""
     n = values.size
     mask = _pending_mask(values).astype(np.uint8)
     whole = n // size
@@ -224,46 +238,98 @@ def _block_flags(values, size):
     return flags
 
 
-def _resolve(out, doubt, evaluate):
-    """The elements in doubt, `evaluate(i)` (double-double) one at a time
-    while any is left; they hold `_PENDING` meanwhile.
+def _unravel(i, dims):
+    """The index of flat position i (an int32 scalar) in an array of dims."""
+    out = []
+    for d in reversed(dims):
+        out.append(i % np.int32(d))
+        i = i // np.int32(d)
+    return tuple(reversed(out))
 
-    One pass over the result flags the blocks that hold one (`_block_flags`,
-    reading the result as bytes: XLA:CPU reduces that a third faster than
-    `reduce_or` of the booleans, through a temporary of one byte per
-    element). Each turn of the loop then reads only the flags and one block:
-    an argmax, which XLA:CPU runs as a scalar loop, took 45 ms over 16M
-    elements (1.3x the whole default op) for the one element a call of that
-    size has in doubt on average."""
+
+def _resolve(out, doubt, evaluate):
+    """The elements in doubt, `evaluate(i)` (double-double, i a flat index)
+    one at a time while any is left; they hold `_PENDING` meanwhile.
+
+    One pass over the result flags the blocks of about sqrt(n) elements
+    that hold one, reading the result as bytes (XLA:CPU reduces that a
+    third faster than `reduce_or` of the booleans, through a temporary of
+    one byte per element). Each turn of the loop then reads the flags and
+    one block: an argmax over the whole result, which XLA:CPU runs as a
+    scalar loop, took 45 ms over 16M elements (1.3x the whole default op)
+    for the one element a call of that size has in doubt on average.
+
+    The blocks are the sub-arrays of the trailing axes (`_row_axes`), so
+    that neither the flags nor the loop reshape the main pass's result: a
+    reshape there made XLA fuse the rounding test into both and keep the
+    pass's float64 quotients in memory (a [512, 1024] softplus took 1.6x
+    the time). A 1-d result, or one without such axes, is cut into runs of
+    `_block_size` (the last one may be shorter)."""
     if out.size == 0:  # nothing in doubt, and argmax refuses an empty array
         return out
-    dtype = out.dtype
+    dtype, shape = out.dtype, out.shape
     utype, bits = _PENDING[np.dtype(dtype)]
     marker = lax.bitcast_convert_type(lax.full_like(out, 0, utype) + utype(bits), dtype)
-    flat = lax.select(doubt, marker, out).reshape(-1)
-    n = flat.size
-    size = _block_size(n)
+    marked = lax.select(doubt, marker, out)
+    k = _row_axes(shape)
+    if k is None:
+        values = marked.reshape(-1)
+        n, size = values.size, _block_size(values.size)
+        flags = _block_flags(values, size)
 
-    def fix(state):
-        values, flags = state
+        def block_of(values, j):
+            start = lax.min(j * np.int32(size), np.int32(n - size))
+            block = lax.dynamic_slice(values, (start,), (size,))
+            # Block j's own elements (the last block's slice reaches back
+            # into the one before it): a flagged block has one pending there.
+            own = lax.iota(np.int32, size) >= j * size - start
+            return block, own, start
+
+        def put(values, j, start, i, value):
+            return lax.dynamic_update_slice(values, value.reshape(1), (start + i,))
+
+    else:
+        values, lead, trail = marked, shape[:k], shape[k:]
+        size = math.prod(trail)
+        mask = _pending_mask(marked).astype(np.uint8)
+        flags = lax.reduce_max(mask, tuple(range(k, len(shape)))).reshape(-1)
+        zeros = (np.int32(0),) * len(trail)
+
+        def block_of(values, j):
+            at = _unravel(j, lead) + zeros
+            block = lax.dynamic_slice(values, at, (1,) * k + trail).reshape(-1)
+            return block, True, j * np.int32(size)
+
+        def put(values, j, start, i, value):
+            at = _unravel(j, lead) + _unravel(i, trail)
+            return lax.dynamic_update_slice(
+                values, value.reshape((1,) * len(shape)), at
+            )
+
+    def find(values, flags):
+        """The first block with an element pending, its elements pending
+        and the first of them."""
         j = lax.argmax(flags, 0, np.int32)
-        start = lax.min(j * np.int32(size), np.int32(n - size))
-        block = lax.dynamic_slice(values, (start,), (size,))
-        # Block j's own elements (the last block's slice reaches back into
-        # the one before it): a flagged block has one pending there.
-        pending = _pending_mask(block) & (lax.iota(np.int32, size) >= j * size - start)
-        k = lax.argmax(pending, 0, np.int32)
-        value = _round_pair(*evaluate(start + k), dtype)
-        values = lax.dynamic_update_slice(values, value.reshape(1), (start + k,))
-        left = pending & (lax.iota(np.int32, size) != k)
-        flag = lax.reduce_max(left.astype(np.uint8), (0,))
-        return values, lax.dynamic_update_slice(flags, flag.reshape(1), (j,))
+        block, own, start = block_of(values, j)
+        pending = _pending_mask(block) & own
+        return j, start, pending, lax.argmax(pending, 0, np.int32)
 
-    def pending(state):
+    # Each turn writes the element found before it, then reads the next
+    # block from what it wrote: a turn that read `values` before writing
+    # into it made XLA copy the whole result, twice, on every turn.
+    def fix(state):
+        values, flags, j, start, pending, i = state
+        values = put(values, j, start, i, _round_pair(*evaluate(start + i), dtype))
+        left = pending & (lax.iota(np.int32, size) != i)
+        flag = lax.reduce_max(left.astype(np.uint8), (0,))
+        flags = lax.dynamic_update_slice(flags, flag.reshape(1), (j,))
+        return (values, flags, *find(values, flags))
+
+    def more(state):
         return lax.reduce_max(state[1], (0,)) > np.uint8(0)
 
-    state = (flat, _block_flags(flat, size))
-    return lax.while_loop(pending, fix, state)[0].reshape(out.shape)
+    state = (values, flags, *find(values, flags))
+    return lax.while_loop(more, fix, state)[0].reshape(shape)
 
 
 def _element(v, i):

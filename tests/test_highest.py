@@ -4,6 +4,9 @@ every transformation, with the errors and the platforms it names."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import mpmath
@@ -91,10 +94,13 @@ def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta):
     assert np.any(default != want[0])
 
 
-# Where step 3's elements sit in a 1000-element array: the loop looks for them
-# by blocks of 32 (the last one 8 long), so at block edges, several in one
-# block, and in the last block, behind the slice's overlap with the one before.
+# Where step 3's elements sit in a 1000-element array. The loop looks for
+# them by blocks: runs of 32 of a 1-d result (the last one 8 long), the rows
+# of the trailing axes otherwise. So at block edges, several in one block,
+# and in the last block, behind the slice's overlap with the one before.
 _DOUBT_AT = [0, 1, 31, 32, 33, 500, 501, 502, 967, 991, 992, 995, 999]
+# The shapes' blocks: rows of 40 over 25, rows of 25 over (5, 8).
+_SHAPES = {(25, 40): 1, (5, 8, 25): 2}
 
 
 def _in_doubt(values, op, dtype=F32):
@@ -120,10 +126,13 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved():
     want = correctly_rounded(src, dd, beta, 24)["backward"]
     got = softplus_backward(src, dd, beta, accuracy=HIGHEST)
     assert _check(got, want) == n
-    two_d = softplus_backward(
-        src.reshape(25, 40), dd.reshape(25, 40), beta, accuracy=HIGHEST
-    )
-    np.testing.assert_array_equal(_bits(two_d).ravel(), _bits(got))
+    assert _highest._row_axes((n,)) is None
+    for shape, k in _SHAPES.items():
+        assert _highest._row_axes(shape) == k
+        nd = softplus_backward(
+            src.reshape(shape), dd.reshape(shape), beta, accuracy=HIGHEST
+        )
+        np.testing.assert_array_equal(_bits(nd).ravel(), _bits(got), err_msg=shape)
     # The forward op, one beta per element (`near_midpoint_softplus`).
     x, betas, fwd_want, _ = near_midpoint_softplus(120, rng, 24)
     x, betas = x.astype(F32), betas.astype(F32)
@@ -133,8 +142,11 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved():
     assert hard.size == len(_DOUBT_AT)
     xs, bs = np.full(n, F32(0.25)), np.full(n, F32(beta))
     xs[_DOUBT_AT], bs[_DOUBT_AT] = x[hard], betas[hard]
-    got = np.asarray(jax.vmap(lambda v, b: softplus(v, b, accuracy=HIGHEST))(xs, bs))
+    per_element = jax.vmap(lambda v, b: softplus(v, b, accuracy=HIGHEST))
+    got = np.asarray(per_element(xs, bs))
     np.testing.assert_array_equal(got[_DOUBT_AT], fwd_want[hard].astype(F32))
+    rows = np.asarray(jax.vmap(per_element)(xs.reshape(25, 40), bs.reshape(25, 40)))
+    np.testing.assert_array_equal(_bits(rows).ravel(), _bits(got))
     easy = np.delete(np.arange(n), _DOUBT_AT)
     one = softplus(F32(0.25), beta, accuracy=HIGHEST)
     np.testing.assert_array_equal(_bits(got[easy]), np.full(easy.size, _bits(one)))
@@ -287,19 +299,38 @@ def test_empty_arrays_at_highest(shape):
         assert out.shape == shape and out.dtype == jnp.bfloat16
 
 
-def test_the_loops_test_keeps_no_float_temporary():
+@pytest.mark.parametrize("shape", [(1 << 16,), (256, 256), (16, 64, 64)], ids=str)
+def test_the_loops_test_keeps_no_float_temporary(shape):
     # The test of "any element pending" reads the result once, as bytes:
     # XLA:CPU's temporary for it is one byte per element and its tree's
     # partial results (a float32 sum's would be four bytes per element).
-    n = 1 << 16
-    x = jax.ShapeDtypeStruct((n,), F32)
-    stats = (
-        jax.jit(lambda x: softplus(x, 1.7, accuracy=HIGHEST))
-        .lower(x)
-        .compile()
-        .memory_analysis()
+    # A reshape of the result (to a flat loop state, or for the flags) made
+    # XLA keep the main pass's float64 quotients in memory, eight bytes per
+    # element each, and the loop's turns once copied the result twice.
+    n = math.prod(shape)
+    bias = jnp.linspace(-1, 1, shape[-1], dtype=F32).reshape(
+        (1,) * (len(shape) - 1) + (-1,)
     )
-    assert stats.temp_size_in_bytes < 2 * n
+    x = jax.ShapeDtypeStruct(shape, F32)
+    for name, f in {
+        "softplus": lambda x: softplus(x, 1.7, accuracy=HIGHEST),
+        "softplus of x + bias": lambda x: softplus(x + bias, 1.7, accuracy=HIGHEST),
+        "backward": lambda x: softplus_backward(x, x * 0.5, 1.7, accuracy=HIGHEST),
+    }.items():
+        compiled = jax.jit(f).lower(x).compile()
+        temp = compiled.memory_analysis().temp_size_in_bytes
+        # x + bias and x * 0.5 are arrays the loop reads (4 bytes each).
+        assert temp < (2 if name == "softplus" else 6) * n, (name, temp)
+        text = compiled.as_text()
+        kept = re.findall(r"= f64\[([\d,]+)\][^ ]* fusion\(", text)
+        wide = [m for m in kept if _size(m) >= n]
+        assert not wide, (name, wide[:3])
+        copies = re.findall(r"= f32\[([\d,]+)\][^ ]* copy\(", text)
+        assert not [c for c in copies if _size(c) >= n], (name, copies)
+
+
+def _size(dims):
+    return math.prod(int(d) for d in dims.split(","))
 
 
 def test_the_in_place_op_at_highest_copies_nothing_and_deletes_diff_dst():
