@@ -18,8 +18,9 @@ arithmetic):
    one element at a time, in a loop that runs only while such an element
    is left (about 1 in 2**25 float32 elements, 1 in 2**41 bfloat16 ones).
    A `select` would be simpler, but XLA computes both sides of a select for
-   every element; the loop costs one pass over the result to find out
-   that there is nothing to do.
+   every element; the loop costs one pass over the result, which flags the
+   blocks of about sqrt(n) elements that hold one, and each of its turns
+   reads the flags and one block (`_resolve`).
 
 Steps 1 and 2 are one loop fusion: the elements of step 3 hold a signaling
 NaN meanwhile (`_PENDING`), which no arithmetic returns, rather than a
