@@ -39,7 +39,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import _compat, _forward, _sharding, _validate
+from jax_softplus import (
+    _compat,
+    _forward,
+    _highest,
+    _platforms,
+    _sharding,
+    _validate,
+    _wide,
+)
 from jax_softplus._primitive import bind
 from jax_softplus._validate import BetaHints
 
@@ -447,17 +455,58 @@ _inplace_self_jit = own_jit(
     _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints", "accuracy")
 )
 
-# At HIGHEST nothing is donated. The step that resolves the rare elements
-# whose rounding float64 leaves in doubt reads diff_dst after the main pass
-# wrote its result, so a donated call makes XLA write that result into a
-# temporary as large as it and copy it into diff_dst's buffer at the end:
-# the same peak memory as a new output (src, diff_dst and one more array),
-# plus the copy (0.4 of the call at 16M float32 elements on a 2-core Zen 4).
-# The call takes a new output instead, and deletes diff_dst after it.
+# At HIGHEST on one device of a platform with float64, the call writes over
+# diff_dst too, in two passes (`_highest.backward_inplace`): the step that
+# resolves the rare elements whose rounding float64 leaves in doubt reads
+# their operands, which the first pass keeps, not diff_dst. Elsewhere (a
+# TPU's float32 evaluation, sharded data) that step reads diff_dst after the
+# main pass wrote its result, so a donated call would make XLA write that
+# result into a temporary as large as it and copy it into diff_dst's buffer:
+# there the call takes a new output instead, and deletes diff_dst after it.
 _HIGHEST_JITS = {
     _inplace_jit: own_jit(_inplace, static_argnames=("hints", "accuracy", "layout")),
     _inplace_self_jit: own_jit(_inplace_self, static_argnames=("hints", "accuracy")),
 }
+
+
+def _inplace_highest(src, diff_dst, beta, layout=None):
+    with _wide._float64():
+        out = _highest.backward_inplace(src, diff_dst, beta)
+    if layout is not None:
+        out = _sharding.constrain(out, layout)
+    return out
+
+
+def _inplace_highest_self(diff_dst, beta):
+    return _inplace_highest(diff_dst, diff_dst, beta)
+
+
+_OVER = {
+    _inplace_jit: own_jit(
+        _inplace_highest, donate_argnames=("diff_dst",), static_argnames=("layout",)
+    ),
+    _inplace_self_jit: own_jit(_inplace_highest_self, donate_argnames=("diff_dst",)),
+}
+# Not bfloat16: XLA:CPU slices a bfloat16 array inside a loop through a
+# float32 copy of it, which it hoists out of the loop: a temporary twice the
+# size of src.
+_WRITTEN_OVER = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _writes_over(diff_dst, accuracy):
+    """Whether an in-place call at `accuracy` writes over diff_dst in two
+    passes: HIGHEST on float32 or float16 data, on one device (a spec
+    without a layout: the default backend) whose platform has float64."""
+    if accuracy != "highest" or np.dtype(diff_dst.dtype) not in _WRITTEN_OVER:
+        return False
+    sharding = diff_dst.sharding
+    if sharding is None:
+        platform = jax.default_backend()
+    elif len(sharding.device_set) == 1:
+        platform = next(iter(sharding.device_set)).platform
+    else:
+        return False
+    return _platforms.kind({"gpu": "cuda"}.get(platform, platform)) in ("cpu", "gpu")
 
 
 def _inplace_for(jitted, accuracy):
@@ -515,11 +564,17 @@ def inplace_call(
         diff_dst = jnp.array(diff_dst, copy=True)
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
-    if src is diff_dst:
+    if src is not diff_dst:
+        diff_dst = _follow_src(src, diff_dst)
+    over = _writes_over(diff_dst, accuracy)
+    if src is diff_dst and over:
+        out = _OVER[_inplace_self_jit](diff_dst, placed)
+    elif src is diff_dst:
         jitted = _inplace_for(_inplace_self_jit, accuracy)
         out = jitted(diff_dst, placed, hints=hints, accuracy=accuracy)
+    elif over:
+        out = _OVER[_inplace_jit](src, diff_dst, placed, layout=_layout(src, diff_dst))
     else:
-        diff_dst = _follow_src(src, diff_dst)
         out = _inplace_for(_inplace_jit, accuracy)(
             src,
             diff_dst,
@@ -528,7 +583,7 @@ def inplace_call(
             accuracy=accuracy,
             layout=_layout(src, diff_dst),
         )
-    if accuracy == "highest":
+    if accuracy == "highest" and not over:
         diff_dst.delete()
     elif not diff_dst.is_deleted():
         _warn_not_donated()
@@ -559,14 +614,12 @@ def _warn_not_donated():
 
 def inplace_lower(src, diff_dst, checked, accuracy=None):
     """`softplus_backward_inplace.lower`: compiled for any beta (no hints);
-    at HIGHEST, what the call runs, which donates nothing."""
+    at HIGHEST, what the call runs."""
+    layout = _layout(src, diff_dst)
+    if _writes_over(diff_dst, accuracy):
+        return _OVER[_inplace_jit].lower(src, diff_dst, checked, layout=layout)
     return _inplace_for(_inplace_jit, accuracy).lower(
-        src,
-        diff_dst,
-        checked,
-        hints=BetaHints(),
-        accuracy=accuracy,
-        layout=_layout(src, diff_dst),
+        src, diff_dst, checked, hints=BetaHints(), accuracy=accuracy, layout=layout
     )
 
 
@@ -588,7 +641,8 @@ def cache_sizes() -> dict[str, int]:
         sizes[names[fun]] += jitted._cache_size()
     sizes["default_forward"] = _DEFAULT_FORWARD._cache_size()
     for name, own in (("inplace", _inplace_jit), ("inplace_self", _inplace_self_jit)):
-        sizes[name] = own._cache_size() + _HIGHEST_JITS[own]._cache_size()
+        twins = (own, _HIGHEST_JITS[own], _OVER[own])
+        sizes[name] = sum(jitted._cache_size() for jitted in twins)
     return sizes
 
 

@@ -358,3 +358,113 @@ def softplus(x, beta):
         return _dd_softplus(_element(x, i), _element(beta, i))
 
     return _resolve(out, doubt, evaluate)
+
+
+# In place ---------------------------------------------------------------------
+#
+# `_resolve` reads diff_dst's elements in doubt after the main pass has written
+# the result over them, so XLA cannot write that result over diff_dst. In
+# place, a first pass marks those elements in a bitmap, one bit per element
+# (a sum of distinct powers of two over 32 elements, which XLA:CPU fuses with
+# the evaluation); the second pass writes the result over diff_dst but leaves
+# the marked elements as they are, and the loop reads their diff_dst there.
+
+_WORD = 32
+
+
+def _doubt_words(operands, error, dtype):
+    """Where `backward_value` of the flat operands, rounded to `dtype` with
+    `error`, is in doubt: bit i % 32 of word i // 32."""
+    n = operands[0].size
+
+    def words(lo, hi, width):
+        parts = [v if v.ndim == 0 else v[lo:hi].reshape(-1, width) for v in operands]
+        doubt = _rounded(backward_value(*parts), error, dtype)[1]
+        place = lax.broadcasted_iota(np.uint32, doubt.shape, 1)
+        bits = lax.shift_left(lax.full_like(place, 1), place)
+        return lax.reduce_sum(lax.select(doubt, bits, bits * np.uint32(0)), (1,))
+
+    whole = n - n % _WORD
+    out = words(0, whole, _WORD) if whole else np.zeros(0, np.uint32)
+    if whole < n:
+        out = lax.concatenate([out, words(whole, n, n - whole)], 0)
+    return out
+
+
+def _marked(words, n):
+    """The bitmap's bit of each of n elements, as booleans."""
+    spread = lax.broadcast_in_dim(words, (words.size, _WORD), (0,))
+    bits = lax.shift_right_logical(spread, lax.iota(np.uint32, _WORD)[None])
+    return (bits & np.uint32(1)).reshape(-1)[:n] != 0
+
+
+def _at(v, i):
+    """Element i (a flat index) of an operand in its own shape."""
+    if v.ndim == 0:
+        return v
+    return lax.dynamic_slice(v, _unravel(i, v.shape), (1,) * v.ndim).reshape(())
+
+
+def backward_inplace(src, dd, beta):
+    """backward(src, dd, beta), which XLA can write over a donated dd: its
+    temporaries are the bitmap (one bit per element) and a byte per 32
+    elements.
+
+    The first pass marks the elements in doubt with four times `ERROR`:
+    the second pass evaluates again, and XLA may compile it otherwise, but
+    both are within `ERROR` of the exact value, so the second's v (1 +
+    ERROR), which it rounds, lies within 3 `ERROR` of the first's v, and
+    where the first is not in doubt it rounds to the same. The loop takes
+    the marked elements in turn, by blocks of about sqrt(n / 32) words, as
+    `_resolve` does: a bit in a block's flag, a word, and the word's lowest
+    set bit."""
+    if dd.size == 0:
+        return backward(src, dd, beta)
+    shape, dtype, n = dd.shape, dd.dtype, dd.size
+    flat = [v if v.ndim == 0 else v.reshape(-1) for v in (src, dd, beta)]
+    words = _doubt_words(flat, 4 * ERROR["backward"], dtype)
+    # The loop writes into the result in its own shape: a reshape of the
+    # loop's result makes XLA copy it out of diff_dst's buffer.
+    out = _rounded(backward_value(src, dd, beta), ERROR["backward"], dtype)[0]
+    values = lax.select(_marked(words, n).reshape(shape), dd, out)
+
+    m = words.size
+    size = _block_size(m)
+    rows = -(-m // size)
+    if rows * size > m:
+        words = lax.concatenate([words, np.zeros(rows * size - m, np.uint32)], 0)
+    words = words.reshape(rows, size)
+    flags = lax.reduce_max((words != 0).astype(np.uint8), (1,))
+
+    def find(values, words, flags):
+        """The first marked element, its row of words and diff_dst."""
+        j = lax.argmax(flags, 0, np.int32)
+        row = lax.dynamic_slice(words, (j, np.int32(0)), (1, size)).reshape(size)
+        g = lax.argmax(row != 0, 0, np.int32)
+        word = _element(row, g)
+        low = word & (~word + np.uint32(1))  # its lowest set bit
+        bit = np.int32(_WORD - 1) - lax.clz(low).astype(np.int32)
+        at = lax.min((j * np.int32(size) + g) * np.int32(_WORD) + bit, np.int32(n - 1))
+        one = tuple(_at(v, at) for v in (src, values, beta))
+        return j, row, g, word & ~low, at, one
+
+    # Each turn writes the element found before it, then reads the next one
+    # from what it wrote (as `_resolve`'s turns do).
+    def fix(state):
+        values, words, flags, j, row, g, rest, at, one = state
+        value = _round_pair(*_dd_backward(*one), dtype)
+        where = _unravel(at, shape)
+        values = lax.dynamic_update_slice(
+            values, value.reshape((1,) * len(shape)), where
+        )
+        row = lax.dynamic_update_slice(row, rest.reshape(1), (g,))
+        words = lax.dynamic_update_slice(words, row.reshape(1, size), (j, np.int32(0)))
+        flag = lax.reduce_max((row != 0).astype(np.uint8), (0,))
+        flags = lax.dynamic_update_slice(flags, flag.reshape(1), (j,))
+        return (values, words, flags, *find(values, words, flags))
+
+    def more(state):
+        return lax.reduce_max(state[2], (0,)) > np.uint8(0)
+
+    state = (values, words, flags, *find(values, words, flags))
+    return lax.while_loop(more, fix, state)[0]

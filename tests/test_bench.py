@@ -202,6 +202,7 @@ def test_the_highest_section_times_highest_beside_default_and_naive(tmp_path, ca
     assert modes == {
         "highest, your jit donated",
         "highest, your jit fresh",
+        "highest, in place",
         "highest, softplus fresh",
         "highest, train step",
     }
@@ -214,8 +215,9 @@ def test_the_highest_section_times_highest_beside_default_and_naive(tmp_path, ca
     assert table.startswith("Measured on ")
     assert "| your jit donated | f32 | 4K |" in table
     assert "| softplus fresh | bf16 | 4K |" in table
+    assert "| in place | bf16 | 4K |" in table
     assert "| train step | f32 | 512 |" in table
-    assert "HIGHEST in a user's jit" in capsys.readouterr().out
+    assert "HIGHEST in a user's jit and in place" in capsys.readouterr().out
 
 
 def test_quick_mode_is_a_first_look(monkeypatch):

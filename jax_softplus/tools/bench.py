@@ -26,6 +26,7 @@ not. `beta` is passed as a traced argument throughout.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -316,6 +317,19 @@ def bench_highest(n, dt, beta, repeats, progress):
     rows = _donated_and_fresh(
         methods, "highest, your jit", dt, n, beta, (src, dd, b), repeats, progress
     )
+    # The library's in-place op: at HIGHEST two passes over diff_dst (float32,
+    # float16) or a new output (bfloat16).
+    donate = functools.partial(jax.jit, donate_argnums=1)
+    inplace = {
+        "a*b (floor)": _Donated(donate(_mul), src, dd, b),
+        "jax_softplus": _Donated(softplus_backward_inplace, src, dd, b),
+        HIGHEST: _Donated(
+            functools.partial(softplus_backward_inplace, accuracy=highest), src, dd, b
+        ),
+        NAIVE: _Donated(donate(naive_backward), src, dd, b),
+    }
+    times, ratios = _measure(inplace, "a*b (floor)", repeats, progress, _settle(n))
+    rows += _rows("highest, in place", dt, n, beta, itemsize, times, ratios)
     forward = {
         "a*b (floor)": _Fresh(jax.jit(_mul), src, dd, b),
         "jax_softplus": _Fresh(jax.jit(lambda x, d, c: softplus(x, c)), src, dd, b),
@@ -1047,9 +1061,9 @@ def main(argv=None):
         const="1M,16M",
         default=None,
         metavar="SIZES",
-        help="also time accuracy=HIGHEST in a user's jit at these sizes (a comma "
-        "list; 1M,16M if none is given), beside the default kernel and the naive "
-        "formula, with the --dtypes and beta 1.7",
+        help="also time accuracy=HIGHEST in a user's jit and in place at these "
+        "sizes (a comma list; 1M,16M if none is given), beside the default kernel "
+        "and the naive formula, with the --dtypes and beta 1.7",
     )
     p.add_argument(
         "--quick",
@@ -1199,7 +1213,7 @@ def main(argv=None):
         print_table(rows)
         print(legend(rows))
     if any(r.mode.startswith("highest") for r in rows):
-        print("\naccuracy=HIGHEST in a user's jit:")
+        print("\naccuracy=HIGHEST in a user's jit and in place:")
         print(highest_markdown(rows))
     if derivative_rows:
         print("\nDerivative routes in a user's jit, over the formula:")
