@@ -421,7 +421,11 @@ def backward_inplace(src, dd, beta):
     if dd.size == 0:
         return backward(src, dd, beta)
     shape, dtype, n = dd.shape, dd.dtype, dd.size
-    flat = [v if v.ndim == 0 else v.reshape(-1) for v in (src, dd, beta)]
+    flat = (
+        src.reshape(-1),
+        dd.reshape(-1),
+        beta if beta.ndim == 0 else beta.reshape(-1),
+    )
     words = _doubt_words(flat, 4 * ERROR["backward"], dtype)
     # The loop writes into the result in its own shape: a reshape of the
     # loop's result makes XLA copy it out of diff_dst's buffer.

@@ -394,6 +394,21 @@ def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
             assert stats.temp_size_in_bytes <= reference.temp_size_in_bytes + 1024
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (31,), (33,), (2, 3, 5)], ids=str)
+def test_the_in_place_op_at_highest_takes_any_shape(shape):
+    # The bitmap's words: none whole (fewer than 32 elements), one and a
+    # short one, a 0-d array (a flat view of one element).
+    rng = np.random.default_rng(seed_of("in place shapes", str(shape)))
+    for dtype in (F32, np.float16):
+        src, dd = (rng.normal(size=shape).astype(dtype) * 3 for _ in range(2))
+        for beta in (1.7, -0.5):
+            want = softplus_backward(src, dd, beta, accuracy=HIGHEST)
+            g = jnp.asarray(dd)
+            got = softplus_backward_inplace(src, g, beta, accuracy=HIGHEST)
+            assert g.is_deleted() and got.shape == shape
+            np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
 def test_default_and_none_are_todays_bits(x64):
     for dtype in (np.float32, jnp.bfloat16, np.float16, np.float64):
         src, dd = _sample(4096, 1.7, seed_of("default", str(dtype)), dtype)
