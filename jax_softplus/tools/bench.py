@@ -298,8 +298,9 @@ HIGHEST = "jax_softplus, HIGHEST"
 def bench_highest(n, dt, beta, repeats, progress):
     """accuracy=HIGHEST where users call it: inside their own `jax.jit`,
     donated and with a fresh output, beside the default kernel, the naive
-    formula and `a * b`, for softplus_backward; and softplus (fresh)
-    beside its default and `jax.nn.softplus(b * x) / b`."""
+    formula and `a * b`, for softplus_backward; `softplus_backward_inplace`
+    called eagerly; and softplus (fresh) beside its default and
+    `jax.nn.softplus(b * x) / b`."""
     dtype = DTYPES[dt]
     src, dd = _data(n, dtype)
     b = jnp.float32(beta)
@@ -906,6 +907,7 @@ def write_tables(directory, rows, m=None, derivative_rows=(), eager_rows=()):
                 f"{where} `accuracy=jax.lax.AccuracyMode.HIGHEST` in a user's "
                 "`jax.jit` (XLA's default options), beta 1.7: softplus_backward "
                 "donated and with a fresh output, softplus with a fresh output; "
+                "and `softplus_backward_inplace` called eagerly (in place); "
                 "each figure the median of per-round ratios of times. The naive "
                 "formula: `dd * jax.nn.sigmoid(beta * src)` in float32, or "
                 "`jax.nn.softplus(beta * x) / beta`.\n\n"
