@@ -455,14 +455,15 @@ _inplace_self_jit = own_jit(
     _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints", "accuracy")
 )
 
-# At HIGHEST on one device of a platform with float64, the call writes over
-# diff_dst too, in two passes (`_highest.backward_inplace`): the step that
-# resolves the rare elements whose rounding float64 leaves in doubt reads
-# their operands, which the first pass keeps, not diff_dst. Elsewhere (a
-# TPU's float32 evaluation, sharded data) that step reads diff_dst after the
-# main pass wrote its result, so a donated call would make XLA write that
-# result into a temporary as large as it and copy it into diff_dst's buffer:
-# there the call takes a new output instead, and deletes diff_dst after it.
+# At HIGHEST, float32 and float16 on one device of a platform with float64
+# are written over diff_dst too, in two passes (`_highest.backward_inplace`):
+# the first marks the rare elements whose rounding float64 leaves in doubt,
+# and the second leaves their diff_dst in place for the step that resolves
+# them. Elsewhere (bfloat16, a TPU's float32 evaluation, sharded data) that
+# step reads diff_dst after the main pass wrote its result, so a donated call
+# would make XLA write that result into a temporary as large as it and copy
+# it into diff_dst's buffer: there the call takes a new output instead, and
+# deletes diff_dst after it.
 _HIGHEST_JITS = {
     _inplace_jit: own_jit(_inplace, static_argnames=("hints", "accuracy", "layout")),
     _inplace_self_jit: own_jit(_inplace_self, static_argnames=("hints", "accuracy")),

@@ -441,14 +441,17 @@ def backward_inplace(src, dd, beta):
     flags = lax.reduce_max((words != 0).astype(np.uint8), (1,))
 
     def find(values, words, flags):
-        """The first marked element, its row of words and diff_dst."""
+        """The first marked element: its block, row of words, word, the
+        word's other marks, flat index and operands (its diff_dst where the
+        second pass left it)."""
         j = lax.argmax(flags, 0, np.int32)
         row = lax.dynamic_slice(words, (j, np.int32(0)), (1, size)).reshape(size)
         g = lax.argmax(row != 0, 0, np.int32)
         word = _element(row, g)
         low = word & (~word + np.uint32(1))  # its lowest set bit
         bit = np.int32(_WORD - 1) - lax.clz(low).astype(np.int32)
-        at = lax.min((j * np.int32(size) + g) * np.int32(_WORD) + bit, np.int32(n - 1))
+        at = (j * np.int32(size) + g) * np.int32(_WORD) + bit
+        at = lax.clamp(np.int32(0), at, np.int32(n - 1))  # none left: bit -1
         one = tuple(_at(v, at) for v in (src, values, beta))
         return j, row, g, word & ~low, at, one
 
