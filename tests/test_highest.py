@@ -372,8 +372,10 @@ def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
     for same in (False, True):
         g = jnp.asarray(dd)
         s = g if same else jnp.asarray(src)
+        buffer = g.unsafe_buffer_pointer()
         out = softplus_backward_inplace(s, g, -2.5, accuracy=HIGHEST)
         assert g.is_deleted()
+        assert (out.unsafe_buffer_pointer() == buffer) == over
         expected = softplus_backward(dd, dd, -2.5, accuracy=HIGHEST) if same else want
         np.testing.assert_array_equal(_bits(out), _bits(expected))
     for shape in [(n,), (256, 256), (16, 64, 64)]:
