@@ -907,8 +907,9 @@ def write_tables(directory, rows, m=None, derivative_rows=(), eager_rows=()):
                 f"{where} `accuracy=jax.lax.AccuracyMode.HIGHEST` in a user's "
                 "`jax.jit` (XLA's default options), beta 1.7: softplus_backward "
                 "donated and with a fresh output, softplus with a fresh output; "
-                "and `softplus_backward_inplace` called eagerly (in place); "
-                "each figure the median of per-round ratios of times. The naive "
+                "and `softplus_backward_inplace` called eagerly (in place). Over "
+                "the naive formula: the median of per-round ratios of times; over "
+                "the default: the ratio of the median times. The naive "
                 "formula: `dd * jax.nn.sigmoid(beta * src)` in float32, or "
                 "`jax.nn.softplus(beta * x) / beta`.\n\n"
             )
