@@ -198,7 +198,7 @@ def softplus_backward_inplace(
 
     Returns:
       `diff_src`, in `diff_dst`'s former buffer (at HIGHEST for bfloat16,
-      sharded data or on a TPU, a new one).
+        sharded data or on a TPU, a new one).
 
     Raises:
       TypeError, ValueError: as `softplus_backward`, including for a
