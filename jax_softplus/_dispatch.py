@@ -455,14 +455,14 @@ _inplace_self_jit = own_jit(
     _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints", "accuracy")
 )
 
-# At HIGHEST, float32 and float16 on one device of a platform with float64
-# are written over diff_dst too, in two passes (`_highest.backward_inplace`):
-# the first marks the rare elements whose rounding float64 leaves in doubt,
-# and the second leaves their diff_dst in place for the step that resolves
-# them. Elsewhere (bfloat16, a TPU's float32 evaluation, sharded data) that
-# step reads diff_dst after the main pass wrote its result, so a donated call
-# would make XLA write that result into a temporary as large as it and copy
-# it into diff_dst's buffer: there the call takes a new output instead, and
+# At HIGHEST, data on one device of a platform with float64 are written
+# over diff_dst too, in two passes (`_highest.backward_inplace`): the first
+# marks the rare elements whose rounding float64 leaves in doubt, and the
+# second leaves their diff_dst in place for the step that resolves them.
+# Elsewhere (a TPU's float32 evaluation, sharded data) that step reads
+# diff_dst after the main pass wrote its result, so a donated call would
+# make XLA write that result into a temporary as large as it and copy it
+# into diff_dst's buffer: there the call takes a new output instead, and
 # deletes diff_dst after it.
 _HIGHEST_JITS = {
     _inplace_jit: own_jit(_inplace, static_argnames=("hints", "accuracy", "layout")),
@@ -488,16 +488,14 @@ _OVER = {
     ),
     _inplace_self_jit: own_jit(_inplace_highest_self, donate_argnames=("diff_dst",)),
 }
-# Not bfloat16: XLA:CPU slices a bfloat16 array inside a loop through a
-# float32 copy of it, which it hoists out of the loop: a temporary twice the
-# size of src.
-_WRITTEN_OVER = (np.dtype(np.float32), np.dtype(np.float16))
+_WRITTEN_OVER = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(jnp.bfloat16))
 
 
 def _writes_over(diff_dst, accuracy):
     """Whether an in-place call at `accuracy` writes over diff_dst in two
-    passes: HIGHEST on float32 or float16 data, on one device (a spec
-    without a layout: the default backend) whose platform has float64."""
+    passes: HIGHEST on float32, bfloat16 or float16 data, on one device (a
+    spec without a layout: the default backend) whose platform has
+    float64."""
     if accuracy != "highest" or np.dtype(diff_dst.dtype) not in _WRITTEN_OVER:
         return False
     sharding = diff_dst.sharding

@@ -196,14 +196,15 @@ def _round_pair(hi, lo, dtype):
     return _to(hi, dtype)
 
 
-def _pending_mask(values):
-    """Where `values` hold the marker, quieted or not: XLA:CPU may quiet a
-    signaling NaN it moves through a scalar register (a lone element). A
-    NaN of the data with that payload is taken as pending too, and step 3
-    gives it NaN again."""
-    utype, bits = _PENDING[np.dtype(values.dtype)]
-    quiet = utype(1 << (jnp.finfo(values.dtype).nmant - 1))
-    raw = lax.bitcast_convert_type(values, utype)
+def _pending_mask(values, dtype=None):
+    """Where `values` (of `dtype`, or its bits) hold the marker, quieted or
+    not: XLA:CPU may quiet a signaling NaN it moves through a scalar
+    register (a lone element). A NaN of the data with that payload is taken
+    as pending too, and step 3 gives it NaN again."""
+    dtype = np.dtype(dtype or values.dtype)
+    utype, bits = _PENDING[dtype]
+    quiet = utype(1 << (jnp.finfo(dtype).nmant - 1))
+    raw = values if values.dtype == utype else lax.bitcast_convert_type(values, utype)
     return (raw & ~quiet) == utype(bits)
 
 
@@ -226,11 +227,11 @@ def _row_axes(shape):
     return None if best is None else best[1]
 
 
-def _block_flags(values, size):
+def _block_flags(values, size, dtype):
     """Which runs of `size` of a flat result hold a pending element, as
     bytes (the last one may be shorter)."""
     n = values.size
-    mask = _pending_mask(values).astype(np.uint8)
+    mask = _pending_mask(values, dtype).astype(np.uint8)
     whole = n // size
     flags = lax.reduce_max(mask[: whole * size].reshape(whole, size), (1,))
     if whole * size < n:
@@ -270,13 +271,23 @@ def _resolve(out, doubt, evaluate):
         return out
     dtype, shape = out.dtype, out.shape
     utype, bits = _PENDING[np.dtype(dtype)]
-    marker = lax.bitcast_convert_type(lax.full_like(out, 0, utype) + utype(bits), dtype)
+    # bfloat16 as its bits: XLA:CPU selects and updates bfloat16 through
+    # float32, and its rounding back turns the marker into the canonical
+    # NaN (every element in doubt came back NaN).
+    as_bits = np.dtype(dtype) == _BF16
+    if as_bits:
+        out = lax.bitcast_convert_type(out, utype)
+        marker = lax.full_like(out, bits)
+    else:
+        marker = lax.bitcast_convert_type(
+            lax.full_like(out, 0, utype) + utype(bits), dtype
+        )
     marked = lax.select(doubt, marker, out)
     k = _row_axes(shape)
     if k is None:
         values = marked.reshape(-1)
         n, size = values.size, _block_size(values.size)
-        flags = _block_flags(values, size)
+        flags = _block_flags(values, size, dtype)
 
         def block_of(values, j):
             start = lax.min(j * np.int32(size), np.int32(n - size))
@@ -292,7 +303,7 @@ def _resolve(out, doubt, evaluate):
     else:
         values, lead, trail = marked, shape[:k], shape[k:]
         size = math.prod(trail)
-        mask = _pending_mask(marked).astype(np.uint8)
+        mask = _pending_mask(marked, dtype).astype(np.uint8)
         flags = lax.reduce_max(mask, tuple(range(k, len(shape)))).reshape(-1)
         zeros = (np.int32(0),) * len(trail)
 
@@ -312,7 +323,7 @@ def _resolve(out, doubt, evaluate):
         and the first of them."""
         j = lax.argmax(flags, 0, np.int32)
         block, own, start = block_of(values, j)
-        pending = _pending_mask(block) & own
+        pending = _pending_mask(block, dtype) & own
         return j, start, pending, lax.argmax(pending, 0, np.int32)
 
     # Each turn writes the element found before it, then reads the next
@@ -320,7 +331,10 @@ def _resolve(out, doubt, evaluate):
     # into it made XLA copy the whole result, twice, on every turn.
     def fix(state):
         values, flags, j, start, pending, i = state
-        values = put(values, j, start, i, _round_pair(*evaluate(start + i), dtype))
+        value = _round_pair(*evaluate(start + i), dtype)
+        if as_bits:
+            value = lax.bitcast_convert_type(value, utype)
+        values = put(values, j, start, i, value)
         left = pending & (lax.iota(np.int32, size) != i)
         flag = lax.reduce_max(left.astype(np.uint8), (0,))
         flags = lax.dynamic_update_slice(flags, flag.reshape(1), (j,))
@@ -330,12 +344,30 @@ def _resolve(out, doubt, evaluate):
         return lax.reduce_max(state[1], (0,)) > np.uint8(0)
 
     state = (values, flags, *find(values, flags))
-    return lax.while_loop(more, fix, state)[0].reshape(shape)
+    out = lax.while_loop(more, fix, state)[0].reshape(shape)
+    return lax.bitcast_convert_type(out, dtype) if as_bits else out
+
+
+def _read(v, i, take):
+    """take(v, i), an element of v read inside the loop (a 0-d v as it is).
+
+    XLA:CPU slices a bfloat16 array through a float32 copy of all of it,
+    which it hoists out of the loop: two such copies (src and dd) were 8
+    bytes of temporaries per element and made bfloat16 HIGHEST 2.7x slower
+    at 16M elements, for a loop that almost never turns. Behind a
+    conditional (always taken: i >= 0, which XLA does not fold) the copy is
+    made only on a turn.
+    """
+    if v.ndim == 0:
+        return v
+    if v.dtype != _BF16:
+        return take(v, i)
+    return lax.cond(i >= 0, take, lambda v, i: jnp.zeros((), v.dtype), v, i)
 
 
 def _element(v, i):
     """Element i of a flattened operand (a 0-d beta as it is)."""
-    return v.reshape(-1)[i] if v.ndim else v
+    return _read(v, i, lambda v, i: v.reshape(-1)[i])
 
 
 def backward(src, dd, beta):
@@ -400,9 +432,11 @@ def _marked(words, n):
 
 def _at(v, i):
     """Element i (a flat index) of an operand in its own shape."""
-    if v.ndim == 0:
-        return v
-    return lax.dynamic_slice(v, _unravel(i, v.shape), (1,) * v.ndim).reshape(())
+
+    def take(v, i):
+        return lax.dynamic_slice(v, _unravel(i, v.shape), (1,) * v.ndim).reshape(())
+
+    return _read(v, i, take)
 
 
 def backward_inplace(src, dd, beta):

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    kind: str  # numerics, rules, validation, dispatch, donation
+    kind: str  # numerics, rules, validation, dispatch, donation, memory
     path: str  # relative to the checkout
     old: str  # exact text, found once
     new: str
@@ -106,6 +106,12 @@ MUTANTS = (
     M("HIGHEST in place clears a word's every mark in one turn", "numerics",
       "jax_softplus/_highest.py", "return j, row, g, word & ~low, at, one",
       "return j, row, g, word * np.uint32(0), at, one",
+      ("tests/test_highest.py",)),
+    M("HIGHEST marks bfloat16 elements in doubt through float32", "numerics",
+      "jax_softplus/_highest.py", "    as_bits = np.dtype(dtype) == _BF16",
+      "    as_bits = False", ("tests/test_highest.py",)),
+    M("HIGHEST's loop reads bfloat16 through a float32 copy", "memory",
+      "jax_softplus/_highest.py", "    if v.dtype != _BF16:", "    if True:",
       ("tests/test_highest.py",)),
     M("double-double exp series cut (14 -> 9 terms)", "numerics",
       "jax_softplus/_dd.py", "    for n in range(13, 0, -1):",

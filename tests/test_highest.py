@@ -357,18 +357,80 @@ def _size(dims):
     return math.prod(int(d) for d in dims.split(","))
 
 
+def test_bfloat16_operands_are_not_copied_for_the_loop():
+    # XLA:CPU slices a bfloat16 array through a float32 copy of all of it,
+    # hoisted out of the loop: src's and diff_dst's copies were 8 bytes per
+    # element (590 KB at 64K elements). Read behind a conditional
+    # (`_highest._read`), what is left is the flags' byte per element and
+    # the loop's result as bits (2 bytes, `_highest._resolve`).
+    n = 1 << 16
+    for shape in [(n,), (256, 256)]:
+        x = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
+        for name, f in {
+            "backward": lambda s, d: softplus_backward(s, d, 1.7, accuracy=HIGHEST),
+            "softplus": lambda s, d: softplus(s, 1.7, accuracy=HIGHEST),
+        }.items():
+            compiled = jax.jit(f).lower(x, x).compile()
+            temp = compiled.memory_analysis().temp_size_in_bytes
+            assert temp <= 3 * n + 4096, (name, shape, temp)
+            text = compiled.as_text()
+            assert not re.findall(r"= f32\[([\d,]+)\][^ ]* fusion\(", text), name
+
+
+@pytest.fixture
+def wide_doubt(monkeypatch):
+    """ERROR widened to 2**-14, so that about 1 bfloat16 result in 32 is in
+    doubt (real data: 1 in 2**41); fresh traces before and after."""
+    jax.clear_caches()
+    for op in ("backward", "forward"):
+        monkeypatch.setitem(_highest.ERROR, op, 2.0**-14)
+    yield
+    jax.clear_caches()
+
+
+def test_bfloat16_elements_in_doubt_are_resolved(wide_doubt):
+    # The loop's bfloat16 reads (src, diff_dst, and in place the result)
+    # go through a conditional: every element it takes still gets the
+    # double-double value, in the one-pass op and in place, in 1-d and 2-d.
+    n, beta = 999, 1.7
+    src, dd = _sample(n, beta, seed_of("bf16 doubt"), jnp.bfloat16)
+    # Elements the loop passes over keep their bits when it writes others:
+    # a NaN with a payload, subnormals, infinities.
+    raw = dd.view(np.uint16)
+    raw[[3, 500]] = [0x7FC5, 0xFFA1]
+    raw[[4, 501]] = [0x0001, 0x8070]
+    dd[[5, 502]] = [np.inf, -np.inf]
+    with jax.enable_x64(True):
+        value = jax.jit(_highest.backward_value)(src, dd, F32(beta))
+    marked = _in_doubt(value, "backward", jnp.bfloat16)
+    assert 10 <= marked.sum() <= n // 8, marked.sum()
+    with np.errstate(invalid="ignore"):  # the NaNs
+        want = correctly_rounded(src.astype(F32), dd.astype(F32), beta, 8)
+    got = softplus_backward(src, dd, beta, accuracy=HIGHEST)
+    _check(got, want["backward"], jnp.bfloat16)
+    for shape in [(n,), (27, 37)]:
+        g = jnp.copy(jnp.asarray(dd).reshape(shape))
+        inplace = softplus_backward_inplace(
+            src.reshape(shape), g, beta, accuracy=HIGHEST
+        )
+        assert g.is_deleted()
+        np.testing.assert_array_equal(_bits(inplace).ravel(), _bits(got))
+        rows = softplus_backward(
+            src.reshape(shape), dd.reshape(shape), beta, accuracy=HIGHEST
+        )
+        np.testing.assert_array_equal(_bits(rows).ravel(), _bits(got))
+    _check(softplus(src, beta, accuracy=HIGHEST), want["forward"], jnp.bfloat16)
+
+
 @pytest.mark.parametrize("dtype", [F32, np.float16, jnp.bfloat16], ids=dtype_id)
 def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
     # Donated, the one-pass evaluation made XLA write the result into a
     # temporary as large as it (its loop reads diff_dst after the main pass)
-    # and copy it at the end. float32 and float16 take two passes and write
-    # over diff_dst, with a bitmap of a bit per element; bfloat16, which
-    # XLA:CPU would copy to float32 for the loop, takes a new output and
-    # deletes diff_dst.
+    # and copy it at the end. The in-place op takes two passes and writes
+    # over diff_dst, with a bitmap of a bit per element.
     n = 1 << 16
     src, dd = _sample(n, -2.5, seed_of("in place", dtype_id(dtype)), dtype)
     want = np.asarray(softplus_backward(src, dd, -2.5, accuracy=HIGHEST))
-    over = dtype != jnp.bfloat16
     for same in (False, True):
         # A buffer of the device's own: on JAX 0.8 `jnp.asarray` shares an
         # aligned NumPy array's memory, which the runtime copies, not reuses.
@@ -377,25 +439,18 @@ def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
         buffer = g.unsafe_buffer_pointer()
         out = softplus_backward_inplace(s, g, -2.5, accuracy=HIGHEST)
         assert g.is_deleted()
-        assert (out.unsafe_buffer_pointer() == buffer) == over
+        assert out.unsafe_buffer_pointer() == buffer
         expected = softplus_backward(dd, dd, -2.5, accuracy=HIGHEST) if same else want
         np.testing.assert_array_equal(_bits(out), _bits(expected))
     for shape in [(n,), (256, 256), (16, 64, 64)]:
         args = (jnp.asarray(src).reshape(shape), jnp.asarray(dd).reshape(shape), -2.5)
         compiled = softplus_backward_inplace.lower(*args, accuracy=HIGHEST).compile()
         stats = compiled.memory_analysis()
-        assert stats.alias_size_in_bytes == (dd.nbytes if over else 0), shape
+        assert stats.alias_size_in_bytes == dd.nbytes, shape
         entry = compiled.as_text().split("ENTRY")[1]
         assert not re.findall(r"\[[\d,]+\][^ ]* copy\(", entry), shape
-        if over:
-            # The bitmap (n / 8 bytes) and a byte per word of it.
-            assert stats.temp_size_in_bytes <= n // 8 + n // 32 + 4096, shape
-        else:
-            plain = jax.jit(
-                lambda s, d, b: softplus_backward(s, d, b, accuracy=HIGHEST)
-            )
-            reference = plain.lower(*args).compile().memory_analysis()
-            assert stats.temp_size_in_bytes <= reference.temp_size_in_bytes + 1024
+        # The bitmap (n / 8 bytes) and a byte per word of it.
+        assert stats.temp_size_in_bytes <= n // 8 + n // 32 + 4096, shape
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (31,), (33,), (2, 3, 5)], ids=str)
@@ -403,7 +458,7 @@ def test_the_in_place_op_at_highest_takes_any_shape(shape):
     # The bitmap's words: none whole (fewer than 32 elements), one and a
     # short one, a 0-d array (a flat view of one element).
     rng = np.random.default_rng(seed_of("in place shapes", str(shape)))
-    for dtype in (F32, np.float16):
+    for dtype in (F32, jnp.bfloat16, np.float16):
         src, dd = (rng.normal(size=shape).astype(dtype) * 3 for _ in range(2))
         for beta in (1.7, -0.5):
             want = softplus_backward(src, dd, beta, accuracy=HIGHEST)
@@ -495,7 +550,7 @@ def test_special_values_are_the_defaults(dtype):
         assert same(f(src, b, HIGHEST), f(src, b, None)), beta
         highest = g(src, dd, b, HIGHEST)
         assert same(highest, g(src, dd, b, None)), beta
-        # In place (two passes for float32 and float16), the same bits.
+        # In place (two passes), the same bits.
         inplace = softplus_backward_inplace(src, jnp.array(dd), b, accuracy=HIGHEST)
         np.testing.assert_array_equal(_bits(inplace), _bits(highest), err_msg=beta)
     assert float(f(F32(1.0), F32(-0.0), HIGHEST)) == -inf
