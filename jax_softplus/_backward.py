@@ -187,18 +187,18 @@ def softplus_backward_inplace(
       diff_dst: as in `softplus_backward`; donated. A NumPy array is copied
         to the device first, and that copy is what is donated.
       beta: as in `softplus_backward`.
-      accuracy: as in `softplus_backward`. At HIGHEST, data on one CPU or
-        GPU are still written over `diff_dst`, in two passes (the first
+      accuracy: as in `softplus_backward`. At HIGHEST, data on CPUs and
+        GPUs are still written over `diff_dst`, in two passes (the first
         marks the rare elements whose rounding the float64 evaluation
         leaves in doubt, in a bitmap of a bit per element, so that the
-        second leaves their `diff_dst` for the step that resolves them).
-        Sharded data and TPUs get a new buffer, and `diff_dst` is deleted
-        after the call (docs/inplace.md). `.lower(...)` compiles what the
-        call runs.
+        second leaves their `diff_dst` for the step that resolves them),
+        each shard of a `NamedSharding` on its own. TPUs get a new buffer,
+        and `diff_dst` is deleted after the call (docs/inplace.md).
+        `.lower(...)` compiles what the call runs.
 
     Returns:
-      `diff_src`, in `diff_dst`'s former buffer (at HIGHEST for sharded
-        data or on a TPU, a new one).
+      `diff_src`, in `diff_dst`'s former buffer (at HIGHEST on a TPU, a
+        new one).
 
     Raises:
       TypeError, ValueError: as `softplus_backward`, including for a

@@ -459,7 +459,8 @@ _inplace_self_jit = own_jit(
 # over diff_dst too, in two passes (`_highest.backward_inplace`): the first
 # marks the rare elements whose rounding float64 leaves in doubt, and the
 # second leaves their diff_dst in place for the step that resolves them.
-# Elsewhere (a TPU's float32 evaluation, sharded data) that step reads
+# Sharded data take them on each shard. Elsewhere (a TPU's float32
+# evaluation, shardings other than a NamedSharding) that step reads
 # diff_dst after the main pass wrote its result, so a donated call would
 # make XLA write that result into a temporary as large as it and copy it
 # into diff_dst's buffer: there the call takes a new output instead, and
@@ -470,42 +471,59 @@ _HIGHEST_JITS = {
 }
 
 
-def _inplace_highest(src, diff_dst, beta, layout=None):
+def _inplace_highest(src, diff_dst, beta, layout=None, shards=None):
+    """The two passes, on each shard of `shards` (diff_dst's sharding over
+    several devices) or on the one device."""
     with _wide._float64():
-        out = _highest.backward_inplace(src, diff_dst, beta)
+        if shards is None:
+            out = _highest.backward_inplace(src, diff_dst, beta)
+        else:
+            out = _sharding.per_shard(
+                _highest.backward_inplace, src, diff_dst, beta, sharding=shards
+            )
     if layout is not None:
         out = _sharding.constrain(out, layout)
     return out
 
 
-def _inplace_highest_self(diff_dst, beta):
-    return _inplace_highest(diff_dst, diff_dst, beta)
+def _inplace_highest_self(diff_dst, beta, shards=None):
+    return _inplace_highest(diff_dst, diff_dst, beta, shards=shards)
 
 
 _OVER = {
     _inplace_jit: own_jit(
-        _inplace_highest, donate_argnames=("diff_dst",), static_argnames=("layout",)
+        _inplace_highest,
+        donate_argnames=("diff_dst",),
+        static_argnames=("layout", "shards"),
     ),
-    _inplace_self_jit: own_jit(_inplace_highest_self, donate_argnames=("diff_dst",)),
+    _inplace_self_jit: own_jit(
+        _inplace_highest_self,
+        donate_argnames=("diff_dst",),
+        static_argnames=("shards",),
+    ),
 }
 _WRITTEN_OVER = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(jnp.bfloat16))
 
 
 def _writes_over(diff_dst, accuracy):
-    """Whether an in-place call at `accuracy` writes over diff_dst in two
-    passes: HIGHEST on float32, bfloat16 or float16 data, on one device (a
-    spec without a layout: the default backend) whose platform has
-    float64."""
+    """(over, shards): whether an in-place call at `accuracy` writes over
+    diff_dst in two passes (HIGHEST on float32, bfloat16 or float16 data
+    on a platform with float64), and diff_dst's `NamedSharding` where it
+    spans several devices (each shard then takes the two passes; another
+    sharding over several devices takes a new output). A spec without a
+    layout is on the default backend."""
     if accuracy != "highest" or np.dtype(diff_dst.dtype) not in _WRITTEN_OVER:
-        return False
+        return False, None
     sharding = diff_dst.sharding
     if sharding is None:
-        platform = jax.default_backend()
-    elif len(sharding.device_set) == 1:
-        platform = next(iter(sharding.device_set)).platform
+        platforms, shards = {jax.default_backend()}, None
     else:
-        return False
-    return _platforms.kind({"gpu": "cuda"}.get(platform, platform)) in ("cpu", "gpu")
+        platforms = {d.platform for d in sharding.device_set}
+        shards = sharding if len(sharding.device_set) > 1 else None
+        if shards is not None and not isinstance(shards, jax.sharding.NamedSharding):
+            return False, None
+    kinds = {_platforms.kind({"gpu": "cuda"}.get(p, p)) for p in platforms}
+    return kinds <= {"cpu", "gpu"}, shards
 
 
 def _inplace_for(jitted, accuracy):
@@ -565,14 +583,15 @@ def inplace_call(
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
     if src is not diff_dst:
         diff_dst = _follow_src(src, diff_dst)
-    over = _writes_over(diff_dst, accuracy)
+    over, shards = _writes_over(diff_dst, accuracy)
     if src is diff_dst and over:
-        out = _OVER[_inplace_self_jit](diff_dst, placed)
+        out = _OVER[_inplace_self_jit](diff_dst, placed, shards=shards)
     elif src is diff_dst:
         jitted = _inplace_for(_inplace_self_jit, accuracy)
         out = jitted(diff_dst, placed, hints=hints, accuracy=accuracy)
     elif over:
-        out = _OVER[_inplace_jit](src, diff_dst, placed, layout=_layout(src, diff_dst))
+        layout = _layout(src, diff_dst)
+        out = _OVER[_inplace_jit](src, diff_dst, placed, layout=layout, shards=shards)
     else:
         out = _inplace_for(_inplace_jit, accuracy)(
             src,
@@ -615,8 +634,11 @@ def inplace_lower(src, diff_dst, checked, accuracy=None):
     """`softplus_backward_inplace.lower`: compiled for any beta (no hints);
     at HIGHEST, what the call runs."""
     layout = _layout(src, diff_dst)
-    if _writes_over(diff_dst, accuracy):
-        return _OVER[_inplace_jit].lower(src, diff_dst, checked, layout=layout)
+    over, shards = _writes_over(diff_dst, accuracy)
+    if over:
+        return _OVER[_inplace_jit].lower(
+            src, diff_dst, checked, layout=layout, shards=shards
+        )
     return _inplace_for(_inplace_jit, accuracy).lower(
         src, diff_dst, checked, hints=BetaHints(), accuracy=accuracy, layout=layout
     )

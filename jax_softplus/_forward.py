@@ -23,6 +23,7 @@ from jax_softplus import (
     _highest32,
     _kernels,
     _platforms,
+    _sharding,
     _validate,
     _wide,
 )
@@ -51,9 +52,9 @@ def _softplus_highest_abstract_eval(x, beta):
 def _softplus_highest_lowering(kind):
     def evaluate(x, beta):
         if kind is None:
-            return _highest32.softplus(x, beta)
+            return _sharding.per_shard(_highest32.softplus, x, beta)
         with _wide._float64():
-            return _highest.softplus(x, beta)
+            return _sharding.per_shard(_highest.softplus, x, beta)
 
     return evaluate
 

@@ -362,7 +362,7 @@ def _read(v, i, take):
         return v
     if v.dtype != _BF16:
         return take(v, i)
-    return lax.cond(i >= 0, take, lambda v, i: jnp.zeros((), v.dtype), v, i)
+    return lax.cond(i >= 0, take, lambda v, i: lax.full_like(v, 0, shape=()), v, i)
 
 
 def _element(v, i):

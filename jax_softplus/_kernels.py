@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from jax_softplus import _highest, _highest32, _math64, _platforms, _wide
+from jax_softplus import _highest, _highest32, _math64, _platforms, _sharding, _wide
 from jax_softplus._math import (
     _BF16,
     canonical_nan,
@@ -59,9 +59,9 @@ def backward_kernel(src, dd, beta, hints, *, platform=None, accuracy=None):
     cpu = platform == "cpu"
     if accuracy == "highest" and dtype in (np.float32, _BF16, np.float16):
         if platform is None:
-            return _highest32.backward(src, dd, beta)
+            return _sharding.per_shard(_highest32.backward, src, dd, beta)
         with _wide._float64():
-            return _highest.backward(src, dd, beta)
+            return _sharding.per_shard(_highest.backward, src, dd, beta)
     if platform == "gpu" and dtype in (_BF16, np.float16):
         f32 = np.float32
         out = sigmoid_times_half_gpu(

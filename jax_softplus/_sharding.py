@@ -9,9 +9,11 @@ replicated operand's cotangent is summed over the mesh.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.sharding import PartitionSpec
 
 from jax_softplus import _compat
 
@@ -107,3 +109,24 @@ def constrain(x: Any, sharding: Any) -> Any:
     if any(t == jax.sharding.AxisType.Explicit for t in axis_types):
         return jax.sharding.reshard(x, sharding)
     return jax.lax.with_sharding_constraint(x, sharding)
+
+
+def per_shard(f: Callable, x: Any, *rest: Any, sharding: Any = None) -> Any:
+    """f(x, *rest) on each shard of x, for an elementwise `f` whose body
+    slices single elements (HIGHEST's loop).
+
+    `sharding`: x's `NamedSharding` where the caller knows it (an eager
+    call's array); otherwise the explicit mesh axes of x's type, over which
+    JAX refuses a dynamic slice of a sharded dimension at trace time. The
+    operands of x's shape are split as x is (`shard_map` moves one laid out
+    otherwise); 0-d ones are replicated. Unsharded, f runs as it is.
+    """
+    if sharding is None:
+        spec = sharding_spec(jax.typeof(x))
+        if spec is None:
+            return f(x, *rest)
+        mesh, spec = jax.typeof(x).sharding.mesh, PartitionSpec(*spec)
+    else:
+        mesh, spec = sharding.mesh, sharding.spec
+    specs = tuple(spec if v.ndim else PartitionSpec() for v in (x, *rest))
+    return _compat.shard_map(f, mesh=mesh, in_specs=specs, out_specs=spec)(x, *rest)

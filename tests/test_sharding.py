@@ -115,3 +115,12 @@ def test_inplace_accepts_what_the_plain_op_accepts(facts):
     cases = facts["inplace_placement"]
     assert len(cases) >= 7, cases
     assert all(v == "ok" for v in cases.values()), cases
+
+
+def test_highest_on_sharded_data(facts):
+    # float32 and bfloat16, Auto and Explicit axes, two layouts: the
+    # unsharded bits (backward, a beta per row under vmap, softplus), and in place
+    # each shard written over in its own buffer with no collective.
+    cases = facts["highest_sharded"]
+    assert len(cases) == 8
+    assert {name: res for name, res in cases.items() if res != "ok"} == {}

@@ -290,6 +290,71 @@ for name, call in TRANSFER_CASES.items():
     except Exception as err:
         facts["transfer_cases"][name] = f"{type(err).__name__}: {err}"[:300]
 
+# 3c. HIGHEST on sharded data: each shard takes the loop (over explicit
+# axes JAX refused its dynamic slices at trace time), and in place each
+# shard takes the two passes over its own buffer: the unsharded bits, no
+# collective, diff_dst's buffers reused (they were new ones).
+H = jax.lax.AccuracyMode.HIGHEST
+rng = np.random.default_rng(7)
+h_src = rng.uniform(-20, 20, (64, 32)).astype(np.float32)
+h_dd = rng.uniform(-3, 3, (64, 32)).astype(np.float32)
+h_beta = rng.uniform(-2, 2, 64).astype(np.float32)  # one per row
+per_row = jax.vmap(lambda s, d, b: softplus_backward(s, d, b, accuracy=H))
+
+
+def _highest_cases():
+    for dtype in (np.float32, jnp.bfloat16):
+        s_h, d_h = h_src.astype(dtype), h_dd.astype(dtype)
+        want = {
+            "backward": np.asarray(softplus_backward(s_h, d_h, 1.7, accuracy=H)),
+            "per-row beta": np.asarray(per_row(s_h, d_h, h_beta)),
+            "softplus": np.asarray(softplus(s_h, 1.7, accuracy=H)),
+        }
+        for kind in ("Auto", "Explicit"):
+            types = (getattr(jax.sharding.AxisType, kind),) * 2
+            m = jax.make_mesh((4, 2), ("a", "b"), axis_types=types)
+            for spec in (P("a", "b"), P("a", None)):
+                sh = NamedSharding(m, spec)
+                s, d = (jax.device_put(v, sh) for v in (s_h, d_h))
+                b = jax.device_put(h_beta, NamedSharding(m, P(spec[0])))
+                name = f"{np.dtype(dtype).name}, {kind}, {spec}"
+                calls = {
+                    "backward": lambda s, d, b: softplus_backward(
+                        s, d, 1.7, accuracy=H
+                    ),
+                    "per-row beta": per_row,
+                    "softplus": lambda s, d, b: softplus(s, 1.7, accuracy=H),
+                }
+                problems = []
+                for op, call in calls.items():
+                    try:
+                        got = np.asarray(jax.jit(call)(s, d, b))
+                    except Exception as err:
+                        problems.append(f"{op}: {type(err).__name__}: {err}"[:200])
+                        continue
+                    if got.tobytes() != want[op].tobytes():
+                        problems.append(f"{op}: other bits")
+                g = jnp.copy(d).block_until_ready()
+                before = [x.data.unsafe_buffer_pointer() for x in g.addressable_shards]
+                compiled = softplus_backward_inplace.lower(s, g, 1.7, accuracy=H)
+                text = compiled.compile().as_text()
+                problems += [c for c in COLLECTIVES if c in text]
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    out = softplus_backward_inplace(s, g, 1.7, accuracy=H)
+                after = [x.data.unsafe_buffer_pointer() for x in out.addressable_shards]
+                if np.asarray(out).tobytes() != want["backward"].tobytes():
+                    problems.append("in place: other bits")
+                if not g.is_deleted() or before != after:
+                    problems.append("in place: a new buffer")
+                if not out.sharding.is_equivalent_to(sh, 2):
+                    problems.append(f"in place: laid out {out.sharding}")
+                problems += [f"warned: {w.message}"[:100] for w in caught]
+                yield name, "; ".join(problems) or "ok"
+
+
+facts["highest_sharded"] = dict(_highest_cases())
+
 # 4. Data-parallel training: the loss falls. Each step is blocked on: with
 # several steps in flight jaxlib 0.10.2 can deadlock in the all-reduce
 # rendezvous on a 2-core host (see docs/sharp_bits.md).
