@@ -123,7 +123,8 @@ def div(a, b):
         terms = [rem] + [jnp.stack(two_prod(-q, b[j])) for j in range(WORDS)]
         return renorm(jnp.concatenate(terms)), qs.at[i].set(q)
 
-    qs = jnp.zeros((WORDS + 1,) + a.shape[1:], a.dtype)
+    # Of a's type (inside shard_map, varying as a does).
+    qs = lax.full_like(a, 0, shape=(WORDS + 1,) + a.shape[1:])
     _, qs = lax.fori_loop(0, WORDS + 1, step, (a, qs))
     return renorm(qs)
 

@@ -124,3 +124,5 @@ def test_highest_on_sharded_data(facts):
     cases = facts["highest_sharded"]
     assert len(cases) == 8
     assert {name: res for name, res in cases.items() if res != "ok"} == {}
+    # The TPU's float32 evaluation, lowered on this CPU, over explicit axes.
+    assert facts["highest_sharded_tpu"] == "ok"

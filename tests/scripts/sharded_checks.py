@@ -23,6 +23,7 @@ from jax_softplus import (  # noqa: E402
     softplus_backward_p,
 )
 from jax_softplus._compat import shard_map  # noqa: E402
+from jax_softplus.testing import lowered_as  # noqa: E402
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute",
                "reduce-scatter")  # fmt: skip
@@ -354,6 +355,27 @@ def _highest_cases():
 
 
 facts["highest_sharded"] = dict(_highest_cases())
+
+
+def _highest_tpu_case():
+    # The TPU's float32 evaluation (emulated), on each shard too.
+    m = jax.make_mesh((4, 2), ("a", "b"), axis_types=AXIS_TYPES)
+    s, d = (jax.device_put(v, NamedSharding(m, P("a", "b"))) for v in (h_src, h_dd))
+    with lowered_as("tpu"):
+        for op, f in (
+            ("softplus", lambda s, d: softplus(s, 1.7, accuracy=H)),
+            ("backward", lambda s, d: softplus_backward(s, d, 1.7, accuracy=H)),
+        ):
+            try:
+                got = np.asarray(jax.jit(f)(s, d))
+            except Exception as err:
+                return f"{op}: {type(err).__name__}: {err}"[:300]
+            if got.tobytes() != np.asarray(jax.jit(f)(h_src, h_dd)).tobytes():
+                return f"{op}: other bits"
+    return "ok"
+
+
+facts["highest_sharded_tpu"] = _highest_tpu_case()
 
 # 4. Data-parallel training: the loss falls. Each step is blocked on: with
 # several steps in flight jaxlib 0.10.2 can deadlock in the all-reduce
