@@ -502,7 +502,6 @@ _OVER = {
         static_argnames=("shards",),
     ),
 }
-_WRITTEN_OVER = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(jnp.bfloat16))
 
 
 def _writes_over(diff_dst, accuracy):
@@ -512,7 +511,7 @@ def _writes_over(diff_dst, accuracy):
     spans several devices (each shard then takes the two passes; another
     sharding over several devices takes a new output). A spec without a
     layout is on the default backend."""
-    if accuracy != "highest" or np.dtype(diff_dst.dtype) not in _WRITTEN_OVER:
+    if accuracy != "highest" or diff_dst.dtype not in _validate.HIGHEST_DTYPES:
         return False, None
     sharding = diff_dst.sharding
     if sharding is None:

@@ -353,8 +353,8 @@ def _read(v, i, take):
 
     XLA:CPU slices a bfloat16 array through a float32 copy of all of it,
     which it hoists out of the loop: two such copies (src and dd) were 8
-    bytes of temporaries per element and made bfloat16 HIGHEST 2.7x slower
-    at 16M elements, for a loop that almost never turns. Behind a
+    bytes of temporaries per element and made bfloat16 HIGHEST twice as
+    slow at 16M elements, for a loop that almost never turns. Behind a
     conditional (always taken: i >= 0, which XLA does not fold) the copy is
     made only on a turn.
     """
