@@ -525,9 +525,16 @@ def _writes_over(diff_dst, accuracy):
     return kinds <= {"cpu", "gpu"}, shards
 
 
-def _inplace_for(jitted, accuracy):
-    """The in-place jit, or at HIGHEST its twin that donates nothing."""
-    return _HIGHEST_JITS[jitted] if accuracy == "highest" else jitted
+def _twin(accuracy, dtype):
+    """Whether an in-place call at `accuracy` that is not written over in
+    two passes takes the jit that donates nothing: HIGHEST on the dtypes it
+    evaluates apart (float64 at HIGHEST is the default kernel, donated)."""
+    return accuracy == "highest" and dtype in _validate.HIGHEST_DTYPES
+
+
+def _inplace_for(jitted, accuracy, dtype):
+    """The in-place jit, or where `_twin` its twin that donates nothing."""
+    return _HIGHEST_JITS[jitted] if _twin(accuracy, dtype) else jitted
 
 
 def _same_layout(a, b):
@@ -586,13 +593,13 @@ def inplace_call(
     if src is diff_dst and over:
         out = _OVER[_inplace_self_jit](diff_dst, placed, shards=shards)
     elif src is diff_dst:
-        jitted = _inplace_for(_inplace_self_jit, accuracy)
+        jitted = _inplace_for(_inplace_self_jit, accuracy, diff_dst.dtype)
         out = jitted(diff_dst, placed, hints=hints, accuracy=accuracy)
     elif over:
         layout = _layout(src, diff_dst)
         out = _OVER[_inplace_jit](src, diff_dst, placed, layout=layout, shards=shards)
     else:
-        out = _inplace_for(_inplace_jit, accuracy)(
+        out = _inplace_for(_inplace_jit, accuracy, diff_dst.dtype)(
             src,
             diff_dst,
             placed,
@@ -600,7 +607,7 @@ def inplace_call(
             accuracy=accuracy,
             layout=_layout(src, diff_dst),
         )
-    if accuracy == "highest" and not over:
+    if _twin(accuracy, diff_dst.dtype) and not over:
         diff_dst.delete()
     elif not diff_dst.is_deleted():
         _warn_not_donated()
@@ -638,7 +645,7 @@ def inplace_lower(src, diff_dst, checked, accuracy=None):
         return _OVER[_inplace_jit].lower(
             src, diff_dst, checked, layout=layout, shards=shards
         )
-    return _inplace_for(_inplace_jit, accuracy).lower(
+    return _inplace_for(_inplace_jit, accuracy, diff_dst.dtype).lower(
         src, diff_dst, checked, hints=BetaHints(), accuracy=accuracy, layout=layout
     )
 

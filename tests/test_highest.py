@@ -486,6 +486,18 @@ def test_default_and_none_are_todays_bits(x64):
     )
 
 
+def test_float64_in_place_at_highest_is_the_default_in_place(x64):
+    # float64 at HIGHEST is the default kernel: the in-place op donates as
+    # at the default (it took a new buffer and deleted diff_dst).
+    src, dd = _sample(4096, 1.7, seed_of("f64 in place"), np.float64)
+    want = softplus_backward(src, dd, 1.7)
+    g = jnp.copy(jnp.asarray(dd)).block_until_ready()
+    buffer = g.unsafe_buffer_pointer()
+    out = softplus_backward_inplace(src, g, 1.7, accuracy=HIGHEST)
+    assert g.is_deleted() and out.unsafe_buffer_pointer() == buffer
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
 def test_a_tolerance_picks_the_cheapest_evaluation_that_meets_it():
     src, dd = _sample(4096, 1.7, seed_of("tolerance"))
     default = softplus_backward(src, dd, 1.7)
