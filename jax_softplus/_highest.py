@@ -372,7 +372,14 @@ def _element(v, i):
 
 def backward(src, dd, beta):
     """dd * sigmoid(beta * src), correctly rounded to the data dtype (a
-    float32 beta)."""
+    float32 beta): in one pass, or from `_TWO_PASSES`'s sizes on in two
+    (`backward_inplace`)."""
+    if two_passes(dd):
+        return backward_inplace(src, dd, beta)
+    return _backward_one_pass(src, dd, beta)
+
+
+def _backward_one_pass(src, dd, beta):
     out, doubt = _rounded(backward_value(src, dd, beta), ERROR["backward"], src.dtype)
 
     def evaluate(i):
@@ -383,7 +390,14 @@ def backward(src, dd, beta):
 
 def softplus(x, beta):
     """(1/beta) log(1 + exp(beta x)), correctly rounded to the data dtype (a
-    float32 beta)."""
+    float32 beta): in one pass, or from `_TWO_PASSES`'s sizes on in two
+    (`softplus_inplace`)."""
+    if two_passes(x):
+        return softplus_inplace(x, beta)
+    return _softplus_one_pass(x, beta)
+
+
+def _softplus_one_pass(x, beta):
     out, doubt = _rounded(softplus_value(x, beta), ERROR["forward"], x.dtype)
 
     def evaluate(i):
@@ -394,24 +408,45 @@ def softplus(x, beta):
 
 # In place ---------------------------------------------------------------------
 #
-# `_resolve` reads diff_dst's elements in doubt after the main pass has written
-# the result over them, so XLA cannot write that result over diff_dst. In
-# place, a first pass marks those elements in a bitmap, one bit per element
-# (a sum of distinct powers of two over 32 elements, which XLA:CPU fuses with
-# the evaluation); the second pass writes the result over diff_dst but leaves
-# the marked elements as they are, and the loop reads their diff_dst there.
+# `_resolve` reads the operand elements in doubt after the main pass has
+# written the result over them, so XLA cannot write that result over a
+# donated operand: it writes it into a temporary as large as the result and
+# copies it at the end. In two passes, the first marks those elements in a
+# bitmap, one bit per element (a sum of distinct powers of two over 32
+# elements, which XLA:CPU fuses with the evaluation); the second writes the
+# result but leaves the marked elements of the operand it may be written
+# over (diff_dst, or softplus's x) as they are, and the loop reads them there.
 
 _WORD = 32
+# The sizes from which the lowering takes two passes (`backward`, `softplus`),
+# where one pass's temporaries outgrow what the allocator keeps between
+# calls: a donated call then writes over its operand, with a bit per element
+# of temporaries instead of a byte (and a copy of the result). Measured on a
+# Zen 5 in a user's jit (docs/accuracy.md, "What HIGHEST costs"): float32 at
+# 8M elements, donated, 27 -> 7.3 ms, fresh the same. The half types'
+# evaluation costs more per byte, so a fresh call pays 15-45% for the second
+# pass: theirs start at 32M elements.
+_TWO_PASSES = {
+    np.dtype(np.float32): 1 << 23,
+    _BF16: 1 << 25,
+    np.dtype(np.float16): 1 << 25,
+}
 
 
-def _doubt_words(operands, error, dtype):
-    """Where `backward_value` of the flat operands, rounded to `dtype` with
-    `error`, is in doubt: bit i % 32 of word i // 32."""
-    n = operands[0].size
+def two_passes(v):
+    """Whether the lowering evaluates `v` (an operand, or its aval) in two
+    passes."""
+    return v.size >= _TWO_PASSES.get(np.dtype(v.dtype), math.inf)
+
+
+def _doubt_words(value, operands, error, dtype):
+    """Where `value` of the flat operands, rounded to `dtype` with `error`,
+    is in doubt: bit i % 32 of word i // 32."""
+    n = max(v.size for v in operands)
 
     def words(lo, hi, width):
         parts = [v if v.ndim == 0 else v[lo:hi].reshape(-1, width) for v in operands]
-        doubt = _rounded(backward_value(*parts), error, dtype)[1]
+        doubt = _rounded(value(*parts), error, dtype)[1]
         place = lax.broadcasted_iota(np.uint32, doubt.shape, 1)
         bits = lax.shift_left(lax.full_like(place, 1), place)
         return lax.reduce_sum(lax.select(doubt, bits, bits * np.uint32(0)), (1,))
@@ -439,32 +474,31 @@ def _at(v, i):
     return _read(v, i, take)
 
 
-def backward_inplace(src, dd, beta):
-    """backward(src, dd, beta), which XLA can write over a donated dd: its
+def _two_pass(operands, over, value, evaluate, error):
+    """`value` of `operands` correctly rounded, which XLA can write over the
+    donated operand `operands[over]` (of the result's shape and dtype): its
     temporaries are the bitmap (one bit per element) and a byte per 32
-    elements.
+    elements. `evaluate(*elements)` is the double-double value of one
+    element, `error` the bound of `value`. beta is the last operand.
 
-    The first pass marks the elements in doubt with four times `ERROR`:
-    the second pass evaluates again, and XLA may compile it otherwise, but
-    both are within `ERROR` of the exact value, so the second's v (1 +
-    ERROR), which it rounds, lies within 3 `ERROR` of the first's v, and
-    where the first is not in doubt it rounds to the same. The loop takes
-    the marked elements in turn, by blocks of about sqrt(n / 32) words, as
-    `_resolve` does: a bit in a block's flag, a word, and the word's lowest
-    set bit."""
-    if dd.size == 0:
-        return backward(src, dd, beta)
-    shape, dtype, n = dd.shape, dd.dtype, dd.size
-    flat = (
-        src.reshape(-1),
-        dd.reshape(-1),
-        beta if beta.ndim == 0 else beta.reshape(-1),
-    )
-    words = _doubt_words(flat, 4 * ERROR["backward"], dtype)
+    The first pass marks the elements in doubt with four times `error`: the
+    second pass evaluates again, and XLA may compile it otherwise, but both
+    are within `error` of the exact value, so the second's v (1 + error),
+    which it rounds, lies within 3 `error` of the first's v, and where the
+    first is not in doubt it rounds to the same. The loop takes the marked
+    elements in turn, by blocks of about sqrt(n / 32) words, as `_resolve`
+    does: a bit in a block's flag, a word, and the word's lowest set bit."""
+    target = operands[over]
+    shape, dtype, n = target.shape, target.dtype, target.size
+    # The data flat; beta, last, as it is where it is a scalar.
+    *data, beta = operands
+    beta = beta if beta.ndim == 0 else beta.reshape(-1)
+    flat = (*(v.reshape(-1) for v in data), beta)
+    words = _doubt_words(value, flat, 4 * error, dtype)
     # The loop writes into the result in its own shape: a reshape of the
-    # loop's result makes XLA copy it out of diff_dst's buffer.
-    out = _rounded(backward_value(src, dd, beta), ERROR["backward"], dtype)[0]
-    values = lax.select(_marked(words, n).reshape(shape), dd, out)
+    # loop's result makes XLA copy it out of the operand's buffer.
+    out = _rounded(value(*operands), error, dtype)[0]
+    values = lax.select(_marked(words, n).reshape(shape), target, out)
 
     m = words.size
     size = _block_size(m)
@@ -476,8 +510,8 @@ def backward_inplace(src, dd, beta):
 
     def find(values, words, flags):
         """The first marked element: its block, row of words, word, the
-        word's other marks, flat index and operands (its diff_dst where the
-        second pass left it)."""
+        word's other marks, flat index and operands (the written-over one's
+        where the second pass left it)."""
         j = lax.argmax(flags, 0, np.int32)
         row = lax.dynamic_slice(words, (j, np.int32(0)), (1, size)).reshape(size)
         g = lax.argmax(row != 0, 0, np.int32)
@@ -486,14 +520,14 @@ def backward_inplace(src, dd, beta):
         bit = np.int32(_WORD - 1) - lax.clz(low).astype(np.int32)
         at = (j * np.int32(size) + g) * np.int32(_WORD) + bit
         at = lax.clamp(np.int32(0), at, np.int32(n - 1))  # none left: bit -1
-        one = tuple(_at(v, at) for v in (src, values, beta))
-        return j, row, g, word & ~low, at, one
+        reads = (*operands[:over], values, *operands[over + 1 :])
+        return j, row, g, word & ~low, at, tuple(_at(v, at) for v in reads)
 
     # Each turn writes the element found before it, then reads the next one
     # from what it wrote (as `_resolve`'s turns do).
     def fix(state):
         values, words, flags, j, row, g, rest, at, one = state
-        value = _round_pair(*_dd_backward(*one), dtype)
+        value = _round_pair(*evaluate(*one), dtype)
         where = _unravel(at, shape)
         values = lax.dynamic_update_slice(
             values, value.reshape((1,) * len(shape)), where
@@ -509,3 +543,19 @@ def backward_inplace(src, dd, beta):
 
     state = (values, words, flags, *find(values, words, flags))
     return lax.while_loop(more, fix, state)[0]
+
+
+def backward_inplace(src, dd, beta):
+    """`backward`, which XLA can write over a donated dd (`_two_pass`)."""
+    if dd.size == 0:
+        return _backward_one_pass(src, dd, beta)
+    return _two_pass(
+        (src, dd, beta), 1, backward_value, _dd_backward, ERROR["backward"]
+    )
+
+
+def softplus_inplace(x, beta):
+    """`softplus`, which XLA can write over a donated x (`_two_pass`)."""
+    if x.size == 0:
+        return _softplus_one_pass(x, beta)
+    return _two_pass((x, beta), 0, softplus_value, _dd_softplus, ERROR["forward"])

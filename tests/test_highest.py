@@ -4,6 +4,7 @@ every transformation, with the errors and the platforms it names."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -66,6 +67,19 @@ def _check(got, reference, dtype=F32):
     return int(normal.sum())
 
 
+@pytest.fixture(params=["one pass", "two passes"])
+def passes(request, monkeypatch):
+    """The lowering's evaluation at HIGHEST: in one pass, or in the two that
+    it takes for large arrays (`_highest._TWO_PASSES`), here for every
+    size; fresh traces before and after."""
+    jax.clear_caches()
+    if request.param == "two passes":
+        sizes = dict.fromkeys(_highest._TWO_PASSES, 0)
+        monkeypatch.setattr(_highest, "_TWO_PASSES", sizes)
+    yield request.param
+    jax.clear_caches()
+
+
 @pytest.mark.parametrize("beta", [1.0, 1.7, -2.5, 1e-3, 3e30])
 def test_float32_is_correctly_rounded(beta):
     src, dd = _sample(1 << 16, beta, seed_of("highest f32", beta))
@@ -75,7 +89,7 @@ def test_float32_is_correctly_rounded(beta):
 
 
 @pytest.mark.parametrize("beta", [1.7, -0.37])
-def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta):
+def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta, passes):
     # Built from continued fractions: results within 2**-46 of a midpoint,
     # a third of them beyond what the float64 step can round (2**-50).
     rng = np.random.default_rng(seed_of("near midpoints", beta))
@@ -114,7 +128,7 @@ def _in_doubt(values, op, dtype=F32, margin=1):
         )
 
 
-def test_elements_in_doubt_anywhere_in_the_array_are_resolved():
+def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
     n, beta = 1000, 1.7
     assert _highest._block_size(n) == 32
     rng = np.random.default_rng(seed_of("doubt positions", beta))
@@ -139,9 +153,10 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved():
     # word, in the short last one, across words), with a wider margin: some
     # it marks are decided by the second pass, and rewritten.
     with jax.enable_x64(True):
-        words = jax.jit(_highest._doubt_words, static_argnums=(1, 2))(
-            (src, dd, F32(beta)), 4 * _highest.ERROR["backward"], F32
-        )
+        words = jax.jit(
+            functools.partial(_highest._doubt_words, _highest.backward_value),
+            static_argnums=(1, 2),
+        )((src, dd, F32(beta)), 4 * _highest.ERROR["backward"], F32)
     bits = np.unpackbits(np.asarray(words).view(np.uint8), bitorder="little")
     np.testing.assert_array_equal(np.flatnonzero(bits), sorted([*_DOUBT_AT, _BAND_AT]))
     for shape in [(n,), *_SHAPES]:
@@ -259,7 +274,7 @@ def test_the_issues_point():
     assert float(got) == 8192.0
 
 
-def test_every_route_gives_the_same_bits():
+def test_every_route_gives_the_same_bits(passes):
     src, dd = _sample(4096, 1.7, seed_of("routes"))
     beta = F32(1.7)
     want = np.asarray(softplus_backward(src, dd, beta, accuracy=HIGHEST))
@@ -388,7 +403,7 @@ def wide_doubt(monkeypatch):
     jax.clear_caches()
 
 
-def test_bfloat16_elements_in_doubt_are_resolved(wide_doubt):
+def test_bfloat16_elements_in_doubt_are_resolved(wide_doubt, passes):
     # The loop's bfloat16 reads (src, diff_dst, and in place the result)
     # go through a conditional: every element it takes still gets the
     # double-double value, in the one-pass op and in place, in 1-d and 2-d.
@@ -451,6 +466,34 @@ def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
         assert not re.findall(r"\[[\d,]+\][^ ]* copy\(", entry), shape
         # The bitmap (n / 8 bytes) and a byte per word of it.
         assert stats.temp_size_in_bytes <= n // 8 + n // 32 + 4096, shape
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float16, jnp.bfloat16], ids=dtype_id)
+def test_large_arrays_are_written_over_a_donated_operand_in_your_jit(dtype):
+    # From `_TWO_PASSES`'s sizes on the lowering takes two passes, so that
+    # XLA writes a donated call's result over the donated operand (diff_dst,
+    # or softplus's x) with a bit per element of temporaries; one pass
+    # wrote it into a temporary as large as the result and copied it over.
+    n = _highest._TWO_PASSES[np.dtype(dtype)]
+    ops = {
+        "backward": lambda s, d: softplus_backward(s, d, 1.7, accuracy=HIGHEST),
+        "softplus": lambda s, d: softplus(d, 1.7, accuracy=HIGHEST),
+    }
+    for shape in [(n,), (n // 4096, 4096), (n - 1,)]:
+        arg = jax.ShapeDtypeStruct(shape, dtype)
+        for name, op in ops.items():
+            compiled = jax.jit(op, donate_argnums=1).lower(arg, arg).compile()
+            stats = compiled.memory_analysis()
+            entry = compiled.as_text().split("ENTRY")[1]
+            copies = re.findall(r"\[[\d,]+\][^ ]* copy\(", entry)
+            size = math.prod(shape)
+            where = (name, shape)
+            if size < n:  # one pass: a byte per element, and the result's copy
+                assert stats.temp_size_in_bytes > size, where
+                continue
+            assert stats.alias_size_in_bytes == size * np.dtype(dtype).itemsize, where
+            assert not copies, where
+            assert stats.temp_size_in_bytes <= size // 8 + size // 32 + 4096, where
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (31,), (33,), (2, 3, 5)], ids=str)
@@ -570,7 +613,7 @@ def test_special_values_are_the_defaults(dtype):
     assert np.signbit(float(g(F32(1.0), F32(-0.0), F32(1.0), HIGHEST)))
 
 
-def test_specials_at_highest():
+def test_specials_at_highest(passes):
     inf, nan = np.inf, np.nan
     src = np.array([inf, -inf, nan, 0.0, -0.0, 5.0, -200.0, 1e30], F32)
     dd = np.array([2.0, 2.0, 2.0, 2.0, inf, -inf, 3e38, nan], F32)
@@ -588,7 +631,7 @@ def test_specials_at_highest():
 
 
 @pytest.mark.parametrize("dtype", [F32, jnp.bfloat16, np.float16], ids=dtype_id)
-def test_softplus_near_a_midpoint_takes_the_double_double_step(dtype):
+def test_softplus_near_a_midpoint_takes_the_double_double_step(dtype, passes):
     # The forward op's twin of the backward test above: random inputs reach
     # step 3 about once in 2**24 elements, these (`near_midpoint_softplus`,
     # each with its own beta) mostly do for float32, and some lie within
