@@ -126,3 +126,6 @@ def test_highest_on_sharded_data(facts):
     assert {name: res for name, res in cases.items() if res != "ok"} == {}
     # The TPU's float32 evaluation, lowered on this CPU, over explicit axes.
     assert facts["highest_sharded_tpu"] == "ok"
+    # Large arrays' two passes in a user's jit, over explicit axes: each
+    # donated shard written over, no collective, the unsharded bits.
+    assert facts["highest_two_passes_sharded"] == "ok"

@@ -5,6 +5,7 @@ Prints one JSON object of facts for the test to assert on.
 
 import json
 import os
+import re
 import warnings
 from functools import partial
 
@@ -376,6 +377,55 @@ def _highest_tpu_case():
 
 
 facts["highest_sharded_tpu"] = _highest_tpu_case()
+
+
+def _highest_two_pass_case():
+    # Large arrays take two passes in a user's jit (`_highest._TWO_PASSES`,
+    # here from every size): over explicit axes each shard's donated
+    # operand is written over, with no collective and the unsharded bits.
+    from jax_softplus import _highest
+
+    want = {
+        "backward": np.asarray(softplus_backward(h_src, h_dd, 1.7, accuracy=H)),
+        "softplus": np.asarray(softplus(h_dd, 1.7, accuracy=H)),
+    }
+    saved = _highest._TWO_PASSES
+    _highest._TWO_PASSES = dict.fromkeys(saved, 0)
+    jax.clear_caches()
+    try:
+        types = (jax.sharding.AxisType.Explicit,) * 2
+        m = jax.make_mesh((4, 2), ("a", "b"), axis_types=types)
+        sh = NamedSharding(m, P("a", "b"))
+        calls = {
+            "backward": lambda s, d: softplus_backward(s, d, 1.7, accuracy=H),
+            "softplus": lambda s, d: softplus(d, 1.7, accuracy=H),
+        }
+        problems = []
+        for op, call in calls.items():
+            s, d = (jax.device_put(v, sh) for v in (h_src, h_dd))
+            f = jax.jit(call, donate_argnums=1)
+            compiled = f.lower(s, d).compile()
+            text = compiled.as_text()
+            problems += [f"{op}: {c}" for c in COLLECTIVES if c in text]
+            if compiled.memory_analysis().alias_size_in_bytes != h_dd.nbytes // 8:
+                problems.append(f"{op}: not written over the shard")
+            # One pass writes a temporary and copies it into the shard.
+            if re.findall(r"\[[\d,]+\][^ ]* copy\(", text.split("ENTRY")[1]):
+                problems.append(f"{op}: a copy")
+            before = [x.data.unsafe_buffer_pointer() for x in d.addressable_shards]
+            out = f(s, d)
+            after = [x.data.unsafe_buffer_pointer() for x in out.addressable_shards]
+            if before != after:
+                problems.append(f"{op}: a new buffer")
+            if np.asarray(out).tobytes() != want[op].tobytes():
+                problems.append(f"{op}: other bits")
+        return "; ".join(problems) or "ok"
+    finally:
+        _highest._TWO_PASSES = saved
+        jax.clear_caches()
+
+
+facts["highest_two_passes_sharded"] = _highest_two_pass_case()
 
 # 4. Data-parallel training: the loss falls. Each step is blocked on: with
 # several steps in flight jaxlib 0.10.2 can deadlock in the all-reduce
