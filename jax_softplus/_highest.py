@@ -227,17 +227,20 @@ def _row_axes(shape):
     return None if best is None else best[1]
 
 
-def _block_flags(values, size, dtype):
-    """Which runs of `size` of a flat result hold a pending element, as
-    bytes (the last one may be shorter)."""
-    n = values.size
+def _run_flags(values, size, dtype):
+    """Which runs of `size` along the last axis of `values` hold a pending
+    element, row by row, as flat bytes (each row's last run may be
+    shorter). The marker test is made on `values` in its own shape, and
+    only its bytes are reshaped."""
     mask = _pending_mask(values, dtype).astype(np.uint8)
-    whole = n // size
-    flags = lax.reduce_max(mask[: whole * size].reshape(whole, size), (1,))
-    if whole * size < n:
-        tail = lax.reduce_max(mask[whole * size :], (0,))
-        flags = lax.concatenate([flags, tail.reshape(1)], 0)
-    return flags
+    length = mask.shape[-1]
+    rows = mask.reshape(-1, length)
+    whole = length // size
+    flags = lax.reduce_max(rows[:, : whole * size].reshape(-1, whole, size), (2,))
+    if whole * size < length:
+        tail = lax.reduce_max(rows[:, whole * size :], (1,))
+        flags = lax.concatenate([flags, tail[:, None]], 1)
+    return flags.reshape(-1)
 
 
 def _unravel(i, dims):
@@ -256,19 +259,24 @@ def _resolve(out, doubt, evaluate):
     One pass over the result flags the blocks of about sqrt(n) elements
     that hold one, reading the result as bytes (XLA:CPU reduces that a
     third faster than `reduce_or` of the booleans, through a temporary of
-    one byte per element). Each turn of the loop then reads the flags and
-    one block: an argmax over the whole result, which XLA:CPU runs as a
-    scalar loop, took 45 ms over 16M elements (1.3x the whole default op)
-    for the one element a call of that size has in doubt on average.
+    one byte per element; reduced by 32 first, in a fused loop, it kept a
+    byte per 32 elements but took 5-20% longer at 1M-4M elements). Each
+    turn of the loop then reads the flags and one block: an argmax
+    over the whole result, which XLA:CPU runs as a scalar loop, took 45 ms
+    over 16M elements (1.3x the whole default op) for the one element a
+    call of that size has in doubt on average.
 
-    The blocks are the sub-arrays of the trailing axes (`_row_axes`), so
-    that neither the flags nor the loop reshape the main pass's result: a
-    reshape there made XLA fuse the rounding test into both and keep the
-    pass's float64 quotients in memory (a [512, 1024] softplus took 1.6x
-    the time). A 1-d result, or one without such axes, is cut into runs of
-    `_block_size` (the last one may be shorter)."""
+    The blocks are the sub-arrays of the trailing axes (`_row_axes`), or
+    else runs of `_block_size` along the last axis (each row's last one
+    may be shorter), so that the loop reads the main pass's result in its
+    own shape: a reshape there made XLA fuse the rounding test into every
+    consumer and keep the pass's float64 quotients in memory (a [512,
+    1024] softplus took 1.6x the time; with rows too long for blocks, a
+    float16 [8, 1048576] one 4-14x, a float32 [3, 262144] one 2x)."""
     if out.size == 0:  # nothing in doubt, and argmax refuses an empty array
         return out
+    if out.ndim == 0:
+        return _resolve(out.reshape(1), doubt.reshape(1), evaluate).reshape(())
     dtype, shape = out.dtype, out.shape
     utype, bits = _PENDING[np.dtype(dtype)]
     # bfloat16 as its bits: XLA:CPU selects and updates bfloat16 through
@@ -285,20 +293,26 @@ def _resolve(out, doubt, evaluate):
     marked = lax.select(doubt, marker, out)
     k = _row_axes(shape)
     if k is None:
-        values = marked.reshape(-1)
-        n, size = values.size, _block_size(values.size)
-        flags = _block_flags(values, size, dtype)
+        # Runs of about sqrt(n) along the last axis, each row's last one
+        # reaching back into the one before it.
+        values, lead, length = marked, shape[:-1], shape[-1]
+        size = min(length, _block_size(out.size))
+        runs = -(-length // size)
+        flags = _run_flags(marked, size, dtype)
 
         def block_of(values, j):
-            start = lax.min(j * np.int32(size), np.int32(n - size))
-            block = lax.dynamic_slice(values, (start,), (size,))
-            # Block j's own elements (the last block's slice reaches back
-            # into the one before it): a flagged block has one pending there.
-            own = lax.iota(np.int32, size) >= j * size - start
-            return block, own, start
+            row, run = j // np.int32(runs), j % np.int32(runs)
+            start = lax.min(run * np.int32(size), np.int32(length - size))
+            at = _unravel(row, lead) + (start,)
+            block = lax.dynamic_slice(values, at, (1,) * len(lead) + (size,))
+            # The run's own elements: a flagged run has one pending there.
+            own = lax.iota(np.int32, size) >= run * size - start
+            return block.reshape(size), own, row * np.int32(length) + start
 
         def put(values, j, start, i, value):
-            return lax.dynamic_update_slice(values, value.reshape(1), (start + i,))
+            return lax.dynamic_update_slice(
+                values, value.reshape((1,) * len(shape)), _unravel(start + i, shape)
+            )
 
     else:
         values, lead, trail = marked, shape[:k], shape[k:]

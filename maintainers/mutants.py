@@ -96,7 +96,7 @@ MUTANTS = (
       "return lax.reduce_max(state[1], (0,)) > np.uint8(1)",
       ("tests/test_highest.py",)),
     M("HIGHEST's flags leave out a short last block", "numerics",
-      "jax_softplus/_highest.py", "    if whole * size < n:", "    if False:",
+      "jax_softplus/_highest.py", "    if whole * size < length:", "    if False:",
       ("tests/test_highest.py",)),
     M("HIGHEST in place overwrites the elements its first pass marked",
       "numerics", "jax_softplus/_highest.py",

@@ -170,6 +170,20 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
             src.reshape(shape), dd.reshape(shape), beta, accuracy=HIGHEST
         )
         np.testing.assert_array_equal(_bits(nd).ravel(), _bits(got), err_msg=shape)
+    # Shapes without such axes: runs of 128 along the last axis, each row's
+    # last one reaching back (rows of 9000), and rows shorter than a run.
+    for shape, at in {
+        (2, 9000): [0, 127, 128, 8871, 8872, 8959, 8960, 8999, 9000, 9127, 17999],
+        (9000, 2): [0, 1, 2, 3, 9001, 17998, 17999],
+    }.items():
+        assert _highest._row_axes(shape) is None
+        wide_src, wide_dd = np.full(18000, F32(0.25)), np.full(18000, F32(-3.0))
+        wide_src[at], wide_dd[at] = hard_src[hard[: len(at)]], hard_dd[hard[: len(at)]]
+        got = softplus_backward(
+            wide_src.reshape(shape), wide_dd.reshape(shape), beta, accuracy=HIGHEST
+        )
+        want = correctly_rounded(wide_src, wide_dd, beta, 24)["backward"]
+        assert _check(np.asarray(got).ravel(), want) == 18000, shape
     # The forward op, one beta per element (`near_midpoint_softplus`).
     x, betas, fwd_want, _ = near_midpoint_softplus(120, rng, 24)
     x, betas = x.astype(F32), betas.astype(F32)
@@ -338,14 +352,17 @@ def test_empty_arrays_at_highest(shape):
         assert out.shape == shape and out.dtype == jnp.bfloat16
 
 
-@pytest.mark.parametrize("shape", [(1 << 16,), (256, 256), (16, 64, 64)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(1 << 16,), (256, 256), (16, 64, 64), (3, 1 << 16), (1 << 14, 3)], ids=str
+)
 def test_the_loops_test_keeps_no_float_temporary(shape):
     # The test of "any element pending" reads the result once, as bytes:
     # XLA:CPU's temporary for it is one byte per element and its tree's
     # partial results (a float32 sum's would be four bytes per element).
-    # A reshape of the result (to a flat loop state, or for the flags) made
-    # XLA keep the main pass's float64 quotients in memory, eight bytes per
-    # element each, and the loop's turns once copied the result twice.
+    # A reshape of the result the loop reads (to a flat loop state, as the
+    # rows of (3, 65536) and (16384, 3) make no blocks) made XLA keep the
+    # main pass's float64 quotients in memory, eight bytes per element
+    # each, and the loop's turns once copied the result twice.
     n = math.prod(shape)
     bias = jnp.linspace(-1, 1, shape[-1], dtype=F32).reshape(
         (1,) * (len(shape) - 1) + (-1,)
@@ -493,7 +510,9 @@ def test_large_arrays_are_written_over_a_donated_operand_in_your_jit(dtype):
                 continue
             assert stats.alias_size_in_bytes == size * np.dtype(dtype).itemsize, where
             assert not copies, where
-            assert stats.temp_size_in_bytes <= size // 8 + size // 32 + 4096, where
+            # The bitmap, a byte per 32 elements (JAX 0.8: and one per 1024).
+            bound = size // 8 + size // 32 + size // 512 + 4096
+            assert stats.temp_size_in_bytes <= bound, where
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (31,), (33,), (2, 3, 5)], ids=str)
