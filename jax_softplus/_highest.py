@@ -436,10 +436,10 @@ _WORD = 32
 # where one pass's temporaries outgrow what the allocator keeps between
 # calls: a donated call then writes over its operand, with a bit per element
 # of temporaries instead of a byte (and a copy of the result). Measured on a
-# Zen 5 in a user's jit (docs/accuracy.md, "What HIGHEST costs"): float32 at
-# 8M elements, donated, 27 -> 7.3 ms, fresh the same. The half types'
-# evaluation costs more per byte, so a fresh call pays 15-45% for the second
-# pass: theirs start at 32M elements.
+# Zen 5 VM in a user's jit (docs/inplace.md): float32 at 8M elements,
+# donated, 27 -> 7.3 ms, fresh the same. The half types' evaluation costs
+# more per byte, so a fresh call pays 15-45% for the second pass at 16M-32M
+# elements: theirs start at 32M.
 _TWO_PASSES = {
     np.dtype(np.float32): 1 << 23,
     _BF16: 1 << 25,
