@@ -438,8 +438,9 @@ _WORD = 32
 # of temporaries instead of a byte (and a copy of the result). Measured on a
 # Zen 5 VM in a user's jit (docs/inplace.md): float32 at 8M elements,
 # donated, 27 -> 7.3 ms, fresh the same. The half types' evaluation costs
-# more per byte, so a fresh call pays 15-45% for the second pass at 16M-32M
-# elements: theirs start at 32M.
+# more per byte (a fresh call pays 14-43% for the second pass at 32M
+# elements, 3-60% at 16M): theirs start at 32M, where one pass's
+# temporaries reach 34-100 MB.
 _TWO_PASSES = {
     np.dtype(np.float32): 1 << 23,
     _BF16: 1 << 25,
