@@ -3,7 +3,8 @@ jitted call and the op in a user's jit against the naive formula and
 `a * b`, interleaved, medians of per-round ratios (more rounds than the
 bench's fresh rows, whose page faults make them noisy).
 
-    XLA_FLAGS=--xla_cpu_max_isa=AVX2 python fresh_ab.py --beta 1.7 --rounds 25
+    XLA_FLAGS=--xla_cpu_max_isa=AVX2 \
+        python benchmarks/results/zen5-2026-12-05d/fresh_ab.py --beta 1.7
 """
 
 import argparse
