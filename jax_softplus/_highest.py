@@ -492,8 +492,8 @@ def _at(v, i):
 def _two_pass(operands, over, value, evaluate, error):
     """`value` of `operands` correctly rounded, which XLA can write over the
     donated operand `operands[over]` (of the result's shape and dtype): its
-    temporaries are the bitmap (one bit per element) and a byte per 32
-    elements. `evaluate(*elements)` is the double-double value of one
+    temporaries are the bitmap (one bit per element) and about a byte per
+    256 elements. `evaluate(*elements)` is the double-double value of one
     element, `error` the bound of `value`. beta is the last operand.
 
     The first pass marks the elements in doubt with four times `error`: the
@@ -502,7 +502,8 @@ def _two_pass(operands, over, value, evaluate, error):
     which it rounds, lies within 3 `error` of the first's v, and where the
     first is not in doubt it rounds to the same. The loop takes the marked
     elements in turn, by blocks of about sqrt(n / 32) words, as `_resolve`
-    does: a bit in a block's flag, a word, and the word's lowest set bit."""
+    does: a block's flag (its largest word: the first block with a mark is
+    not needed, any one is), a word, and the word's lowest set bit."""
     target = operands[over]
     shape, dtype, n = target.shape, target.dtype, target.size
     # The data flat; beta, last, as it is where it is a scalar.
@@ -521,7 +522,10 @@ def _two_pass(operands, over, value, evaluate, error):
     if rows * size > m:
         words = lax.concatenate([words, np.zeros(rows * size - m, np.uint32)], 0)
     words = words.reshape(rows, size)
-    flags = lax.reduce_max((words != 0).astype(np.uint8), (1,))
+    # A block's largest word, nonzero where it holds a mark: `words != 0` as
+    # bytes first kept a byte per 32 elements more of temporaries, for no
+    # speed (benchmarks/results/zen5-2026-12-05d/flags.md).
+    flags = lax.reduce_max(words, (1,))
 
     def find(values, words, flags):
         """The first marked element: its block, row of words, word, the
@@ -549,12 +553,12 @@ def _two_pass(operands, over, value, evaluate, error):
         )
         row = lax.dynamic_update_slice(row, rest.reshape(1), (g,))
         words = lax.dynamic_update_slice(words, row.reshape(1, size), (j, np.int32(0)))
-        flag = lax.reduce_max((row != 0).astype(np.uint8), (0,))
+        flag = lax.reduce_max(row, (0,))
         flags = lax.dynamic_update_slice(flags, flag.reshape(1), (j,))
         return (values, words, flags, *find(values, words, flags))
 
     def more(state):
-        return lax.reduce_max(state[2], (0,)) > np.uint8(0)
+        return lax.reduce_max(state[2], (0,)) > np.uint32(0)
 
     state = (values, words, flags, *find(values, words, flags))
     return lax.while_loop(more, fix, state)[0]

@@ -38,6 +38,7 @@ def _entry_points(dtype):
 BETAS = {
     "default": (),
     "python float": (1.7,),
+    "numpy float32": (np.float32(1.7),),
     "device float32": (jnp.float32(1.7),),
     "device int32": (jnp.int32(2),),
     "device bfloat16": (jnp.asarray(1.7, jnp.bfloat16),),

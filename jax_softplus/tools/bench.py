@@ -657,6 +657,7 @@ def _eager_cases():
     ones = jnp.ones_like(x)
     # What users write, jitted once; it takes Python floats as they are.
     naive = jax.jit(lambda s, d, b: d * jax.nn.sigmoid(b * s))
+    beta32 = np.float32(1.7)
     cases = {
         "softplus, Python float": (softplus, jax.nn.softplus, (0.5,)),
         "softplus, NumPy float32 scalar": (
@@ -680,6 +681,17 @@ def _eager_cases():
             softplus,
             jax.nn.softplus,
             (jnp.float32(0.5),),
+        ),
+        # A beta: what users would write instead scales jax.nn.softplus.
+        "softplus, jax float32[1000], Python float beta": (
+            lambda v: softplus(v, 1.7),
+            lambda v: jax.nn.softplus(1.7 * v) / 1.7,
+            (x,),
+        ),
+        "softplus, jax float32[1000], NumPy float32 beta": (
+            lambda v: softplus(v, beta32),
+            lambda v: jax.nn.softplus(beta32 * v) / beta32,
+            (x,),
         ),
         "jax.grad of softplus, float32[1000]": (
             jax.grad(lambda v: softplus(v).sum()),
@@ -746,6 +758,8 @@ def bench_eager(repeats, progress, burst=200):
     rows = []
     for name, (ours, other, args) in _eager_cases().items():
         against = "naive formula" if "backward" in name else "jax.nn.softplus"
+        if name.endswith(" beta"):
+            against = "jax.nn.softplus(beta x) / beta"
         calls = {
             against: _burst(other, args, burst),
             "jax_softplus": _burst(ours, args, burst),
