@@ -212,6 +212,9 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
+    fast = _dispatch.inplace_fast_call(src, diff_dst, beta, accuracy)
+    if fast is not None:
+        return fast
     *args, _ = _validated(src, diff_dst, beta, accuracy)
     if _weak_buffer(diff_dst, args[1]):
         # Its own buffer is donated, not a strongly typed copy: the jit reads

@@ -588,6 +588,71 @@ def _follow_src(src, diff_dst):
     return moved
 
 
+# (dtype, beta, x64, accuracy) -> (sharding, (jit, its static arguments,
+# placed beta, whether diff_dst is deleted after the call)), for two distinct,
+# live, strongly typed JAX arrays of one kernel dtype, shape and layout: the
+# in-place op's checks are one lookup, as the other ops' are.
+_ARRAY_INPLACE: dict = {}
+
+
+def inplace_fast_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None) -> Any:
+    """`softplus_backward_inplace` at the top level for two distinct, live,
+    strongly typed JAX arrays of one kernel dtype, shape and layout and a
+    Python or NumPy number beta, in one dispatch (the checked path took 2.5x
+    the time of a donated jit of the naive formula at 1K elements, Zen 5);
+    None where the checked path must run. What runs is what `inplace_call`
+    runs for them."""
+    beta = _fast_beta(beta)
+    if (
+        type(src) is not _compat.ArrayImpl
+        or type(diff_dst) is not _compat.ArrayImpl
+        or src is diff_dst
+        or beta is None
+        or not _fast_accuracy(accuracy)
+    ):
+        return None
+    aval = diff_dst.aval  # dtype, shape and weak type in one comparison
+    if aval.weak_type or src.aval != aval:
+        return None
+    sharding = diff_dst.sharding
+    if src.sharding is not sharding and src.sharding != sharding:
+        return None
+    key = (diff_dst.dtype, beta, _compat.x64_enabled(), accuracy)
+    hit = _ARRAY_INPLACE.get(key)
+    if hit is None or (hit[0] is not sharding and hit[0] != sharding):
+        entry = _inplace_entry(diff_dst, beta, accuracy)
+        if entry is None:
+            return None
+        hit = _remember(_ARRAY_INPLACE, key, (sharding, entry))
+    if src.is_deleted() or diff_dst.is_deleted() or not _compat.trace_state_clean():
+        return None
+    jitted, static, placed, deletes = hit[1]
+    out = jitted(src, diff_dst, placed, **static)
+    if deletes:
+        diff_dst.delete()
+    elif not diff_dst.is_deleted():
+        _warn_not_donated()
+    return out
+
+
+def _inplace_entry(data, beta, accuracy):
+    """`inplace_fast_call`'s cache entry for data like `data`, or None
+    where the checked path must run (a dtype or layout it does not take)."""
+    dtype = data.dtype
+    scalar = _scalar_sharding(data.sharding)
+    if dtype not in _validate.data_dtypes() or scalar is None:
+        return None
+    checked, hints = _validate.check_beta(beta, dtype, forward=False)
+    level = _validate.check_accuracy(accuracy, dtype)
+    placed = _placed(float(checked), checked.dtype, scalar)
+    over, shards = _writes_over(data, level)
+    if over:
+        return _OVER[_inplace_jit], {"layout": None, "shards": shards}, placed, False
+    static = {"hints": hints, "accuracy": level, "layout": None}
+    jitted = _inplace_for(_inplace_jit, level, dtype)
+    return jitted, static, placed, _twin(level, dtype)
+
+
 def inplace_call(
     src, diff_dst, beta, checked, hints, accuracy=None, *, converted=False
 ):

@@ -651,12 +651,25 @@ def _cell(text):
 # a burst of calls (dispatch is asynchronous: a burst is what a loop costs).
 
 
+class _Chained:
+    """fn(src, diff_dst) called again and again, each call's result the next
+    one's diff_dst (a donating call deletes its diff_dst)."""
+
+    def __init__(self, fn, src, diff_dst):
+        self.fn, self.src, self.diff_dst = fn, src, jnp.copy(diff_dst)
+
+    def __call__(self):
+        self.diff_dst = self.fn(self.src, self.diff_dst)
+        return self.diff_dst
+
+
 def _eager_cases():
     x = jnp.linspace(-3.0, 3.0, 1000, dtype=jnp.float32)
     xn = np.asarray(x)
     ones = jnp.ones_like(x)
     # What users write, jitted once; it takes Python floats as they are.
     naive = jax.jit(lambda s, d, b: d * jax.nn.sigmoid(b * s))
+    naive_donated = jax.jit(lambda s, d, b: d * jax.nn.sigmoid(b * s), donate_argnums=1)
     beta32 = np.float32(1.7)
     cases = {
         "softplus, Python float": (softplus, jax.nn.softplus, (0.5,)),
@@ -718,6 +731,12 @@ def _eager_cases():
             lambda s, d: naive(s, d, 1.7),
             (0.5, 1.0),
         ),
+        # Each call donates the last one's result.
+        "softplus_backward_inplace, jax float32[1000]": (
+            _Chained(lambda s, d: softplus_backward_inplace(s, d, 1.7), x, ones),
+            _Chained(lambda s, d: naive_donated(s, d, 1.7), x, ones),
+            (),
+        ),
     }
     highest = jax.lax.AccuracyMode.HIGHEST
     cases["softplus at HIGHEST, jax float32[1000]"] = (
@@ -758,6 +777,8 @@ def bench_eager(repeats, progress, burst=200):
     rows = []
     for name, (ours, other, args) in _eager_cases().items():
         against = "naive formula" if "backward" in name else "jax.nn.softplus"
+        if "inplace" in name:
+            against = "naive formula, donated"
         if name.endswith(" beta"):
             against = "jax.nn.softplus(beta x) / beta"
         calls = {
