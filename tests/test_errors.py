@@ -194,6 +194,38 @@ def test_a_numpy_beta_is_checked_once_and_gives_a_python_numbers_results(
         np.testing.assert_array_equal(got, want, err_msg=where)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=str)
+def test_a_jax_beta_skips_the_operands_checks_after_the_first_call(dtype, monkeypatch):
+    # A concrete JAX scalar beta sent every call down the checked path
+    # (the operands checked again: 9.3 against 4.8 us with a Python float
+    # at 1K float32 elements, Zen 5); the array is still read once.
+    x = jnp.linspace(-3, 3, 7, dtype=dtype)
+    beta = jnp.float32(-1.3)
+    calls = {
+        "softplus": lambda b: softplus(x, b),
+        "softplus_backward": lambda b: softplus_backward(x, x, b),
+        "softplus_backward_inplace": lambda b: softplus_backward_inplace(
+            x, jnp.copy(x), b
+        ),
+    }
+    checks = []
+    for name in ("check_operands", "check_forward_operand"):
+        check = getattr(_validate, name)
+        monkeypatch.setattr(
+            _validate,
+            name,
+            lambda *a, check=check, **k: checks.append(a) or check(*a, **k),
+        )
+    for name, call in calls.items():
+        want = call(float(beta))
+        call(beta)
+        del checks[:]
+        got = call(beta)
+        assert not checks, f"{name}: operands checked again"
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
 def test_bad_numpy_betas_are_refused_on_every_call():
     for _ in range(2):
         with pytest.raises(ValueError, match="got nan"):
