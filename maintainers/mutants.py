@@ -219,6 +219,11 @@ MUTANTS = (
       "jax_softplus/_dispatch.py",
       "    if isinstance(beta, (np.floating, np.integer)):  # np.bool_ is neither",
       "    if isinstance(beta, np.floating):", ("tests/test_errors.py",)),
+    M("a JAX beta checked for float32 data whatever the data", "dispatch",
+      "jax_softplus/_dispatch.py",
+      "check_beta(beta, dtype, forward=forward)[0])",
+      "check_beta(beta, np.float32, forward=forward)[0])",
+      ("tests/test_composability.py",)),
     # Donation -------------------------------------------------------------------
     M("in place without donation", "donation", "jax_softplus/_dispatch.py",
       '    _inplace,\n    donate_argnames=("diff_dst",),',
