@@ -172,9 +172,10 @@ def _fast_beta(beta: Any, dtype: Any = None, forward: bool = False) -> Any:
     the Python number of its value, which the checks give the same bits,
     dtype and errors (a `np.float32` beta took the checked path: 2.3x the
     time of a Python float's call at 1K elements, Zen 5). With the data's
-    `dtype`, a concrete JAX scalar too, as its checked value (the checks
-    read each array once, `_validate.check_beta`; they raise here what
-    they raise there). Bools and other arrays take the checked path."""
+    `dtype`, where it is one the kernels take, a concrete JAX scalar too, as
+    its checked value (the checks read each array once,
+    `_validate.check_beta`; they raise here what they raise there). Bools
+    and other arrays take the checked path."""
     kind = type(beta)
     if kind is float or kind is int:
         return beta
@@ -182,7 +183,7 @@ def _fast_beta(beta: Any, dtype: Any = None, forward: bool = False) -> Any:
         value = beta.item()
         if type(value) in (float, int):  # not a float128's np.longdouble
             return value
-    if kind is _compat.ArrayImpl and dtype is not None:
+    if kind is _compat.ArrayImpl and dtype in _validate.data_dtypes():
         return float(_validate.check_beta(beta, dtype, forward=forward)[0])
     return None
 
