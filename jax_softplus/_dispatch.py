@@ -599,8 +599,35 @@ def _follow_src(src, diff_dst):
     return moved
 
 
-# (dtype, beta, x64, accuracy) -> (sharding, (jit, its static arguments,
-# placed beta, whether diff_dst is deleted after the call)), for two distinct,
+def _inplace_plan(own, diff_dst, hints, accuracy, layout=None):
+    """(jit, its static arguments, whether diff_dst is deleted after the
+    call) of an in-place call: `own` (`_inplace_jit`, or `_inplace_self_jit`
+    for one array as both operands, which takes no layout), its two-pass
+    twin where `_writes_over`, or its twin that donates nothing (`_twin`)."""
+    over, shards = _writes_over(diff_dst, accuracy)
+    static = {"shards": shards} if over else {"hints": hints, "accuracy": accuracy}
+    if own is _inplace_jit:
+        static["layout"] = layout
+    if over:
+        return _OVER[own], static, False
+    dtype = diff_dst.dtype
+    return _inplace_for(own, accuracy, dtype), static, _twin(accuracy, dtype)
+
+
+def _run_inplace(plan, operands, diff_dst, placed):
+    """Run an in-place `plan` on `operands` (diff_dst among them) and beta
+    `placed`; then delete diff_dst where the plan's jit donates nothing, or
+    warn where the runtime kept it."""
+    jitted, static, deletes = plan
+    out = jitted(*operands, placed, **static)
+    if deletes:
+        diff_dst.delete()
+    elif not diff_dst.is_deleted():
+        _warn_not_donated()
+    return out
+
+
+# (dtype, beta, x64, accuracy) -> (sharding, (plan, placed beta)), for two distinct,
 # live, strongly typed JAX arrays of one kernel dtype, shape and layout: the
 # in-place op's checks are one lookup, as the other ops' are.
 _ARRAY_INPLACE: dict = {}
@@ -612,7 +639,7 @@ def inplace_fast_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None) 
     Python or NumPy number or a JAX scalar beta, in one dispatch (the
     checked path took 8.6 us per call at 1K float32 elements, a donated jit
     of the naive formula 5.1 us, Zen 5); None where the checked path must
-    run. What runs is what `inplace_call` runs for them."""
+    run. It runs what `inplace_call` runs (`_inplace_plan`, `_run_inplace`)."""
     if (
         type(src) is not _compat.ArrayImpl
         or type(diff_dst) is not _compat.ArrayImpl
@@ -638,13 +665,8 @@ def inplace_fast_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None) 
         hit = _remember(_ARRAY_INPLACE, key, (sharding, entry))
     if src.is_deleted() or diff_dst.is_deleted() or not _compat.trace_state_clean():
         return None
-    jitted, static, placed, deletes = hit[1]
-    out = jitted(src, diff_dst, placed, **static)
-    if deletes:
-        diff_dst.delete()
-    elif not diff_dst.is_deleted():
-        _warn_not_donated()
-    return out
+    plan, placed = hit[1]
+    return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
 
 
 def _inplace_entry(data, beta, accuracy):
@@ -657,12 +679,7 @@ def _inplace_entry(data, beta, accuracy):
     checked, hints = _validate.check_beta(beta, dtype, forward=False)
     level = _validate.check_accuracy(accuracy, dtype)
     placed = _placed(float(checked), checked.dtype, scalar)
-    over, shards = _writes_over(data, level)
-    if over:
-        return _OVER[_inplace_jit], {"layout": None, "shards": shards}, placed, False
-    static = {"hints": hints, "accuracy": level, "layout": None}
-    jitted = _inplace_for(_inplace_jit, level, dtype)
-    return jitted, static, placed, _twin(level, dtype)
+    return _inplace_plan(_inplace_jit, data, hints, level), placed
 
 
 def inplace_call(
@@ -683,31 +700,13 @@ def inplace_call(
         diff_dst = jnp.array(diff_dst, copy=True)
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
-    if src is not diff_dst:
-        diff_dst = _follow_src(src, diff_dst)
-    over, shards = _writes_over(diff_dst, accuracy)
-    if src is diff_dst and over:
-        out = _OVER[_inplace_self_jit](diff_dst, placed, shards=shards)
-    elif src is diff_dst:
-        jitted = _inplace_for(_inplace_self_jit, accuracy, diff_dst.dtype)
-        out = jitted(diff_dst, placed, hints=hints, accuracy=accuracy)
-    elif over:
-        layout = _layout(src, diff_dst)
-        out = _OVER[_inplace_jit](src, diff_dst, placed, layout=layout, shards=shards)
-    else:
-        out = _inplace_for(_inplace_jit, accuracy, diff_dst.dtype)(
-            src,
-            diff_dst,
-            placed,
-            hints=hints,
-            accuracy=accuracy,
-            layout=_layout(src, diff_dst),
-        )
-    if _twin(accuracy, diff_dst.dtype) and not over:
-        diff_dst.delete()
-    elif not diff_dst.is_deleted():
-        _warn_not_donated()
-    return out
+    if src is diff_dst:
+        plan = _inplace_plan(_inplace_self_jit, diff_dst, hints, accuracy)
+        return _run_inplace(plan, (diff_dst,), diff_dst, placed)
+    diff_dst = _follow_src(src, diff_dst)
+    layout = _layout(src, diff_dst)
+    plan = _inplace_plan(_inplace_jit, diff_dst, hints, accuracy, layout)
+    return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
 
 
 def _warn_not_donated():
@@ -736,14 +735,9 @@ def inplace_lower(src, diff_dst, checked, accuracy=None):
     """`softplus_backward_inplace.lower`: compiled for any beta (no hints);
     at HIGHEST, what the call runs."""
     layout = _layout(src, diff_dst)
-    over, shards = _writes_over(diff_dst, accuracy)
-    if over:
-        return _OVER[_inplace_jit].lower(
-            src, diff_dst, checked, layout=layout, shards=shards
-        )
-    return _inplace_for(_inplace_jit, accuracy, diff_dst.dtype).lower(
-        src, diff_dst, checked, hints=BetaHints(), accuracy=accuracy, layout=layout
-    )
+    plan = _inplace_plan(_inplace_jit, diff_dst, BetaHints(), accuracy, layout)
+    jitted, static, _ = plan
+    return jitted.lower(src, diff_dst, checked, **static)
 
 
 def forward_call(x, beta, checked, hints, traced, accuracy=None):

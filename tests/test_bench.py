@@ -1,6 +1,9 @@
 """The benchmark runs end to end (tiny sizes: this checks the tool, not speed)."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +258,37 @@ def test_avx2_reruns_the_measurement_with_avx2_code(tmp_path):
     capped = (tmp_path / "avx2" / "bench.md").read_text().splitlines()[0]
     assert "AVX-512 code" in native
     assert "AVX2 (XLA_FLAGS --xla_cpu_max_isa=AVX2) code" in capped
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+SCRIPTS = sorted(RESULTS.glob("*/*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_results_scripts_refuse_bad_options_in_one_line(script):
+    # The A/B scripts kept beside their runs: a bad option is a usage error.
+    out = subprocess.run(
+        [sys.executable, str(script), "--rounds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert "error: --rounds" in last, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_the_fresh_output_ab_runs():
+    script = next(p for p in SCRIPTS if p.name == "fresh_ab.py")
+    out = subprocess.run(
+        [sys.executable, str(script), "--size", "4096", "--rounds", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "4096 elements" in lines[1]
+    for name in ("library's jit", "your jit", "naive", "a*b"):
+        assert any(line.startswith(name) and "x the naive" in line for line in lines)
