@@ -1,6 +1,7 @@
 """The benchmark runs end to end (tiny sizes: this checks the tool, not speed)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -279,16 +280,50 @@ def test_the_results_scripts_refuse_bad_options_in_one_line(script):
     assert "Traceback" not in out.stderr
 
 
-def test_the_fresh_output_ab_runs():
-    script = next(p for p in SCRIPTS if p.name == "fresh_ab.py")
+def _run_script(name, *args):
+    """A results script's stdout lines, after it exits 0."""
+    script = next(p for p in SCRIPTS if p.name == name)
     out = subprocess.run(
-        [sys.executable, str(script), "--size", "4096", "--rounds", "2"],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    return out.stdout.splitlines()
+
+
+def _has_rows(lines, names):
+    return all(
+        any(line.startswith(f"{name} ") and "x the naive" in line for line in lines)
+        for name in names
+    )
+
+
+def test_the_fresh_output_ab_runs():
+    lines = _run_script("fresh_ab.py", "--size", "4096", "--rounds", "2")
     assert "4096 elements" in lines[1]
-    for name in ("library's jit", "your jit", "naive", "a*b"):
-        assert any(line.startswith(name) and "x the naive" in line for line in lines)
+    assert _has_rows(lines, ("library's jit", "your jit", "naive", "a*b"))
+
+
+def test_the_fresh_output_aa_runs():
+    lines = _run_script("fresh_aa.py", "--size", "4K", "--rounds", "2")
+    assert "4096 elements" in lines[1]
+    names = ("library's jit", "your jit", "your jit again", "naive", "a*b")
+    assert _has_rows(lines, names)
+
+
+def test_the_in_cache_ab_runs():
+    args = ("--size", "4K", "--rounds", "2", "--calls", "2")
+    lines = _run_script("in_cache_ab.py", *args)
+    assert "4096 elements" in lines[1] and "donated" in lines[1]
+    assert _has_rows(lines, ("library's in place", "your jit", "naive", "a*b"))
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs objdump")
+def test_the_library_call_compiles_your_jits_code_with_avx2(monkeypatch):
+    # With 256-bit code (no wider vectors to prefer) the library's eager
+    # call and your jit run one loop: fresh_aa.py's premise.
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+    lines = _run_script("fresh_aa.py", "--code", "--size", "4K", "--rounds", "1")
+    assert "object code: library's call 1 fusion(s), your jit 1: the same" in lines
