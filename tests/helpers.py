@@ -30,8 +30,9 @@ BETAS = (1.0, 0.5, 3.0, -1.0, -2.5)
 EXTREME_BETAS = (3e38, -1e35, 2.0**70, 2.0**-70, -1e-35, 1.2e-38)
 
 # Max error in ulps of the result's dtype, wherever the exact result is a
-# normal number. f32: the bound of the numerics issue (2.5); half types:
-# within 1 ulp of the correctly rounded value.
+# normal number, LOWEST_ULPS above the smallest or more (`ulp_error`). f32:
+# the bound of the numerics issue (2.5); half types: within 1 ulp of the
+# correctly rounded value.
 ULP_BOUND = {
     np.dtype(jnp.float32): 2.5,
     np.dtype(jnp.bfloat16): 1.0,

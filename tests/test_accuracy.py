@@ -93,6 +93,16 @@ def test_ulp_error_ignores_subnormal_and_infinite_references():
     np.testing.assert_allclose(err, [1.0, 0.0])
 
 
+def test_ulp_error_counts_from_lowest_ulps_above_the_smallest_normal():
+    # A flushing platform may return 0 for an exact value a hair above the
+    # smallest normal: the bounds count from LOWEST_ULPS above it.
+    tiny, eps = float(np.finfo(np.float32).tiny), 2.0**-23
+    steps = np.array([0.01, references.LOWEST_ULPS - 1, references.LOWEST_ULPS, 100])
+    ref = tiny * (1 + steps * eps)
+    err = references.ulp_error(np.zeros(4, np.float32), ref, np.float32)
+    np.testing.assert_allclose(err, ref[2:] / (tiny * eps))
+
+
 def test_the_cli_takes_the_long_dtype_names(capsys):
     # `--dtypes float32` ended in a bare KeyError; the bench accepted it.
     accuracy.main(

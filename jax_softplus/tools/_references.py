@@ -4,7 +4,8 @@ of every quantity the library returns, and the error in ulps.
 References are computed from the rounded inputs (what the op was given), in
 float64 by formulas without cancellation, or in mpmath where float64 is the
 dtype under test. Only results whose exact value is a normal number of the
-dtype count: XLA:CPU flushes subnormal results to zero.
+dtype, `LOWEST_ULPS` ulps above the smallest or more, count: XLA:CPU
+flushes subnormal results to zero.
 """
 
 from __future__ import annotations
@@ -63,15 +64,32 @@ def softplus_ref(x, beta) -> np.ndarray:
         return np.where(t > 0, xs + part, part)
 
 
-def ulp_error(got, ref, dtype) -> np.ndarray:
-    """|got - ref| in ulps of `dtype` at `ref`, where `ref` is a normal number.
+# An exact value counts from this many ulps above the smallest normal: a
+# result within its bound of the underflow threshold may come out below it,
+# and a platform that flushes subnormal results (XLA:CPU, TPUs) then returns
+# 0 (the default float32 and bfloat16 kernels did, for exact values less
+# than a tenth of an ulp above it: tests/test_backward.py).
+LOWEST_ULPS = 8
 
-    Returns an empty array when no reference value is normal.
+
+def normal_exact(ref, dtype) -> np.ndarray:
+    """Where an exact value (float64, or hi + 1j * lo) is normal in `dtype`,
+    at least `LOWEST_ULPS` ulps above the smallest normal."""
+    info = jnp.finfo(dtype)
+    lowest = float(info.tiny) * (1 + LOWEST_ULPS * float(info.eps))
+    hi = np.real(ref)
+    return np.isfinite(hi) & (np.abs(hi) >= lowest) & (np.abs(hi) <= float(info.max))
+
+
+def ulp_error(got, ref, dtype) -> np.ndarray:
+    """|got - ref| in ulps of `dtype` at `ref`, where `ref` is a normal number
+    at least `LOWEST_ULPS` ulps above the smallest (`normal_exact`).
+
+    Returns an empty array when no reference value is.
     """
     info = jnp.finfo(np.dtype(dtype))
     got, ref = _f64(got).ravel(), np.asarray(ref, np.float64).ravel()
-    normal = np.isfinite(ref) & (np.abs(ref) >= float(info.tiny))
-    normal &= np.abs(ref) <= float(info.max)
+    normal = normal_exact(ref, dtype)
     exponent = np.frexp(ref[normal])[1] - 1
     ulp = np.ldexp(1.0, exponent - info.nmant)
     with np.errstate(invalid="ignore"):
@@ -236,22 +254,6 @@ def mp_derivative(fun, pqr, x, b, dd=1):
     with mpmath.workdps(60):
         x, b, dd = (mpmath.mpf(float(v)) for v in (x, b, dd))
         return _mp_derivative(fun, pqr, x, b, dd, _mp_sigmoid_derivatives(b * x, 5))
-
-
-# An exact derivative counts from this many ulps above the smallest normal:
-# a result within its bound of the underflow threshold may come out below
-# it, and a platform that flushes subnormal results (XLA:CPU, TPUs) then
-# returns 0.
-LOWEST_ULPS = 8
-
-
-def normal_exact(ref, dtype) -> np.ndarray:
-    """Where an exact value (float64, or hi + 1j * lo) is normal in `dtype`,
-    at least `LOWEST_ULPS` ulps above the smallest normal."""
-    info = jnp.finfo(dtype)
-    lowest = float(info.tiny) * (1 + LOWEST_ULPS * float(info.eps))
-    hi = np.real(ref)
-    return np.isfinite(hi) & (np.abs(hi) >= lowest) & (np.abs(hi) <= info.max)
 
 
 def derivative_error(got, ref, scale, dtype, relative=False) -> np.ndarray:
