@@ -38,7 +38,10 @@ from jax_softplus._validate import BetaHints
 from jax_softplus.tools._common import (
     DTYPES,
     comma_list,
+    input_json,
     naive_backward,
+    output_dir,
+    output_file,
     positive_int,
 )
 from jax_softplus.tools.bench import mlp_step, train_step_activations
@@ -312,15 +315,26 @@ def main(argv=None):
         default=100,
         help="interleaved rounds of the MLP step",
     )
-    p.add_argument("--hlo", metavar="DIR", help="write optimised HLO here")
-    p.add_argument("--json")
     p.add_argument(
-        "--render", metavar="JSON", help="write --tables DIR/gpu.md from a run's JSON"
+        "--hlo", type=output_dir, metavar="DIR", help="write optimised HLO here"
+    )
+    p.add_argument("--json", type=output_file, metavar="PATH", help="write the run")
+    p.add_argument(
+        "--render",
+        type=input_json,
+        metavar="JSON",
+        help="write --tables DIR/gpu.md from a run's JSON",
     )
     p.add_argument("--tables", metavar="DIR", default="docs/tables")
     args = p.parse_args(argv)
     dtypes = comma_list(p, "--dtypes", args.dtypes, str, ("f32", "bf16", "f16"))
     if args.render:
+        if not (Path(args.render).parent / "gpu.txt").exists():
+            p.error(f"--render: no gpu.txt beside {args.render!r} (a gpu.sh run's)")
+        try:
+            output_dir(args.tables)
+        except argparse.ArgumentTypeError as err:
+            p.error(f"--tables: {err}")
         render(args.render, args.tables)
         return
     print("devices:", jax.devices(), "jax", jax.__version__)

@@ -41,6 +41,8 @@ from jax_softplus.tools._common import (
     comma_list,
     machine_line,
     non_negative_int,
+    output_dir,
+    output_file,
     positive_int,
 )
 
@@ -354,9 +356,14 @@ def main(argv=None):
         "diff_dst chosen to put each result just below a power of two",
     )
     p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--json", metavar="PATH", help="write the maxima as JSON")
     p.add_argument(
-        "--tables", metavar="DIR", help="write derivative-search.md and .json there"
+        "--json", type=output_file, metavar="PATH", help="write the maxima as JSON"
+    )
+    p.add_argument(
+        "--tables",
+        type=output_dir,
+        metavar="DIR",
+        help="write derivative-search.md and .json there",
     )
     args = p.parse_args(argv)
     platforms = comma_list(p, "--platforms", args.platforms, str, PLATFORMS)

@@ -59,9 +59,11 @@ import numpy as np
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.tools._common import (
+    input_json,
     machine,
     machine_line,
     non_negative_int,
+    output_dir,
     positive_int,
 )
 
@@ -971,6 +973,24 @@ def write_highest_runs(directory, runs, platform="cpu"):
         json.dump({"runs": runs}, f, indent=1)
 
 
+# What a default run's JSON holds (`write_tables`), for --render.
+_RUN_KEYS = ("cells", "stride", "seconds", "machine", "commit")
+
+
+def _render_runs(parser, path):
+    """The runs of a table's JSON for --render (a run, or {"runs": [...]} of
+    HIGHEST's parts), each with `_RUN_KEYS`; else a usage error."""
+    with open(path) as f:
+        data = json.load(f)
+    runs = data.get("runs", [data]) if isinstance(data, dict) else None
+    for run in runs if isinstance(runs, list) and runs else [None]:
+        missing = [k for k in _RUN_KEYS if not isinstance(run, dict) or k not in run]
+        if missing:
+            lacks = ", ".join(missing)
+            parser.error(f"--render: {path!r} is no run's JSON (it lacks {lacks})")
+    return runs
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/exhaustive.py", description=__doc__.split("\n\n")[0]
@@ -978,7 +998,9 @@ def main(argv=None):
     p.add_argument(
         "--stride", type=positive_int, default=1, help="every N-th bit pattern"
     )
-    p.add_argument("--tables", metavar="DIR", help="write exhaustive.md/.json")
+    p.add_argument(
+        "--tables", type=output_dir, metavar="DIR", help="write exhaustive.md/.json"
+    )
     p.add_argument(
         "--random-betas",
         type=positive_int,
@@ -987,6 +1009,7 @@ def main(argv=None):
     )
     p.add_argument(
         "--render",
+        type=input_json,
         metavar="JSON",
         help="write the tables (--tables) again from a run's JSON "
         "(with --accuracy highest: exhaustive-highest(-tpu).json)",
@@ -1046,10 +1069,8 @@ def main(argv=None):
     if args.accuracy == "highest" and args.render:
         if not args.tables:
             p.error("--render needs --tables DIR")
-        with open(args.render) as f:
-            data = json.load(f)
-        write_highest_runs(args.tables, data.get("runs", [{"offset": 0, **data}]),
-                           args.platform)  # fmt: skip
+        runs = [{"offset": 0, **r} for r in _render_runs(p, args.render)]
+        write_highest_runs(args.tables, runs, args.platform)
         print(f"tables written to {args.tables}")
         return
     if args.accuracy == "highest":
@@ -1076,8 +1097,7 @@ def main(argv=None):
     if args.render:
         if not args.tables:
             p.error("--render needs --tables DIR")
-        with open(args.render) as f:
-            data = json.load(f)
+        data = _render_runs(p, args.render)[0]
         cells = {(c["quantity"], c["beta"]): Cell(**c) for c in data["cells"]}
         if not any(q == ADVERSARIAL for q, _ in cells):
             cells.update(adversarial())  # a run from before that pass

@@ -311,12 +311,17 @@ def markdown(results, seconds, machine_text) -> str:
 
 
 def main(argv=None):
+    sys.path.insert(0, str(ROOT))
+    from jax_softplus.tools._common import machine_line, output_dir
+
     p = argparse.ArgumentParser(
         prog="python maintainers/mutants.py", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--only", metavar="NAME", help="the mutants whose name holds NAME")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutant")
-    p.add_argument("--tables", metavar="DIR", help="write mutants.md there")
+    p.add_argument(
+        "--tables", type=output_dir, metavar="DIR", help="write mutants.md there"
+    )
     p.add_argument("--list", action="store_true", help="list the mutants and stop")
     p.add_argument(
         "--no-baseline",
@@ -333,9 +338,6 @@ def main(argv=None):
         for m in MUTANTS:
             print(f"{m.kind:10} {m.name}")
         return []
-    sys.path.insert(0, str(ROOT))
-    from jax_softplus.tools._common import machine_line
-
     started = time.perf_counter()
     results = []
     with tempfile.TemporaryDirectory(prefix="jax-softplus-mutants-") as tmp:

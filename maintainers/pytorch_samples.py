@@ -25,7 +25,13 @@ import numpy as np
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.tools import _references as references
-from jax_softplus.tools._common import machine_line, positive_int, require, x64
+from jax_softplus.tools._common import (
+    machine_line,
+    output_dir,
+    positive_int,
+    require,
+    x64,
+)
 
 
 def samples(draws):
@@ -143,7 +149,9 @@ def main(argv=None):
     p.add_argument(
         "--draws", type=positive_int, default=64, help="seeds of the samples"
     )
-    p.add_argument("--tables", metavar="DIR", help="write pytorch.md there")
+    p.add_argument(
+        "--tables", type=output_dir, metavar="DIR", help="write pytorch.md there"
+    )
     args = p.parse_args(argv)
     require("torch", "python maintainers/pytorch_samples.py", p, "pip install torch")
     import torch

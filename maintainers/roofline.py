@@ -59,6 +59,7 @@ from jax_softplus.tools._common import (
     machine,
     machine_line,
     naive_backward,
+    output_dir,
     parse_beta,
     parse_dtype,
     print_rows,
@@ -426,7 +427,10 @@ def main(argv=None):
         help="three sizes: L3-resident, past the L3, far past it",
     )
     p.add_argument(
-        "--tables", metavar="DIR", help="write roofline.md (and .json) into DIR"
+        "--tables",
+        type=output_dir,
+        metavar="DIR",
+        help="write roofline.md (and .json) into DIR",
     )
     args = p.parse_args(argv)
     if jax.default_backend() != "cpu":

@@ -54,18 +54,24 @@ def record(directory, command, minutes, peak_gib, machine, date=None):
 
 
 def main(argv=None):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from jax_softplus.tools._common import machine_line, output_dir
+
     p = argparse.ArgumentParser(
         prog="python maintainers/timed.py", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("--tables", metavar="DIR", required=True, help="where timings.md is")
+    p.add_argument(
+        "--tables",
+        type=output_dir,
+        metavar="DIR",
+        required=True,
+        help="where timings.md is",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("give the command to time after --")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from jax_softplus.tools._common import machine_line
-
     started = time.perf_counter()
     code = subprocess.run(command, check=False).returncode
     minutes = (time.perf_counter() - started) / 60

@@ -26,6 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 COUNTS = ("0", "-1", "x", "1.5")
 SIZES = ("", "0", "-1K", "2Q", ",")
 LISTS = ("", "bogus")
+# Output paths no tool can write, found before any work: a folder given as
+# a file, a file given as a folder, and a path through a file.
+OUT_FILES = ("docs", "README.md/out.json")
+OUT_DIRS = ("README.md", "README.md/tables")
+# Inputs that are not there, and not JSON.
+IN_JSON = ("no/such/run.json", "README.md")
+
+# A committed GPU run, which --render reads.
+GPU_RUN = "benchmarks/results/h200-2026-12-04"
 
 # script (a path, or a module to run with -m) -> (the values to try per
 # option, cases of several options).
@@ -72,6 +81,10 @@ SCRIPTS = {
             "--derivatives": SIZES[1:],
             "--float64": SIZES[1:],
             "--highest": SIZES[1:],
+            "--json": OUT_FILES,
+            "--plot": OUT_FILES,
+            "--markdown": OUT_FILES,
+            "--tables": OUT_DIRS,
         },
         [],
     ),
@@ -83,12 +96,23 @@ SCRIPTS = {
             "--dtypes": LISTS,
             "--betas": LISTS + ("0", "nan"),
             "--platforms": LISTS,
+            "--json": OUT_FILES,
+            "--plot": OUT_FILES,
+            "--markdown": OUT_FILES,
+            "--tables": OUT_DIRS,
         },
         [],
     ),
-    "jax_softplus.tools.specials": ({}, [["--bogus"]]),
+    "jax_softplus.tools.specials": ({"--tables": OUT_DIRS}, [["--bogus"]]),
     "maintainers/derivative_search.py": (
-        {"--budget": COUNTS, "-n": COUNTS, "--platforms": LISTS, "--seed": ("-1", "x")},
+        {
+            "--budget": COUNTS,
+            "-n": COUNTS,
+            "--platforms": LISTS,
+            "--seed": ("-1", "x"),
+            "--json": OUT_FILES,
+            "--tables": OUT_DIRS,
+        },
         [],
     ),
     "maintainers/exhaustive.py": (
@@ -99,6 +123,8 @@ SCRIPTS = {
             "--near": ("-1", "x"),
             "--platform": ("gpu", ""),
             "--offset": ("-1", "x"),
+            "--tables": OUT_DIRS,
+            "--render": IN_JSON,
         },
         # Another platform's evaluation and a part of a run are HIGHEST's
         # only, and a part is below the stride.
@@ -106,21 +132,39 @@ SCRIPTS = {
             ["--platform", "tpu"],
             ["--offset", "1", "--stride", "2"],
             ["--accuracy", "highest", "--stride", "8", "--offset", "8"],
+            # JSON, but no run's.
+            ["--render", "docs/tables/bench.json", "--tables", "/tmp"],
+            ["--render", "docs/tables/bench.json", "--tables", "/tmp"]
+            + ["--accuracy", "highest"],
         ],
     ),
     "maintainers/roofline.py": (
-        {"--dtypes": LISTS, "--beta": ("0", "nan", "x"), "--sizes": SIZES},
+        {
+            "--dtypes": LISTS,
+            "--beta": ("0", "nan", "x"),
+            "--sizes": SIZES,
+            "--tables": OUT_DIRS,
+        },
         [],
     ),
     "maintainers/mutants.py": (
-        {"--timeout": ("0", "-1", "x", "nan"), "--only": ("no such mutant",)},
+        {
+            "--timeout": ("0", "-1", "x", "nan"),
+            "--only": ("no such mutant",),
+            "--tables": OUT_DIRS,
+        },
         [],
     ),
-    "maintainers/pytorch_samples.py": ({"--draws": COUNTS}, []),
+    "maintainers/pytorch_samples.py": ({"--draws": COUNTS, "--tables": OUT_DIRS}, []),
     "maintainers/fit.py": ({}, [["_NO_SUCH_CONSTANT"]]),
     "maintainers/timed.py": (
         {},
-        [[], ["--tables", "/tmp"], ["--tables", "/tmp", "--"]],
+        [
+            [],
+            ["--tables", "/tmp"],
+            ["--tables", "/tmp", "--"],
+            *(["--tables", d, "--", "true"] for d in OUT_DIRS),
+        ],
     ),
     "benchmarks/gpu_bench.py": (
         {
@@ -129,8 +173,14 @@ SCRIPTS = {
             "--iters": COUNTS,
             "--rounds": COUNTS,
             "--step-rounds": COUNTS,
+            "--json": OUT_FILES,
+            "--hlo": OUT_DIRS,
+            "--render": IN_JSON,
         },
-        [],
+        [
+            ["--render", "docs/tables/bench.json"],  # no gpu.txt beside it
+            ["--render", f"{GPU_RUN}/gpu_bench.json", "--tables", "README.md"],
+        ],
     ),
     "benchmarks/dp_deadlock_repro.py": (
         {"--trials": COUNTS, "--timeout": ("0", "-1", "x")},

@@ -6,10 +6,12 @@ import argparse
 import contextlib
 import glob
 import importlib.util
+import json
 import os
 import pathlib
 import platform
 import sys
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -101,6 +103,50 @@ def comma_list(parser, option, text, parse, allowed=None):
             parser.error(f"{option}: {v!r} is none of {', '.join(allowed)}")
         out.append(item)
     return out
+
+
+def output_file(text):
+    """An argparse type: a file path the tool can write once it is done (its
+    folder made now), checked before any work, so that a long run does not
+    end in a traceback."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file path")
+    _writable_folder(os.path.dirname(text) or ".", text)
+    return text
+
+
+def output_dir(text):
+    """An argparse type: a folder the tool can write its tables into (made
+    now), checked before any work."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder")
+    _writable_folder(text, text)
+    return text
+
+
+def input_json(text):
+    """An argparse type: a JSON file that can be read and parsed (its path)."""
+    try:
+        with open(text) as f:
+            json.load(f)
+    except OSError as err:
+        why = err.strerror or str(err)
+        raise argparse.ArgumentTypeError(f"cannot read {text!r}: {why}") from None
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {err}") from None
+    return text
+
+
+def _writable_folder(folder, given):
+    # A file made and removed there: permissions alone do not tell (root
+    # may write anywhere but a read-only file system such as /proc).
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        why = err.strerror or str(err)
+        raise argparse.ArgumentTypeError(f"cannot write {given!r}: {why}") from None
 
 
 def _bounded(text, kind, lowest, what):

@@ -42,6 +42,8 @@ from jax_softplus.tools._common import (
     machine,
     machine_line,
     naive_backward,
+    output_dir,
+    output_file,
     parse_beta,
     parse_dtype,
     positive_int,
@@ -1108,11 +1110,18 @@ def main(argv=None):
         + " (explicit options win)",
     )
     p.add_argument("--no-mpmath", action="store_true", help="skip the mpmath check")
-    p.add_argument("--plot", metavar="PNG", help="write the ulp-vs-t plot")
-    p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
-    p.add_argument("--markdown", metavar="PATH", help="write the summary table")
+    p.add_argument(
+        "--plot", type=output_file, metavar="PNG", help="write the ulp-vs-t plot"
+    )
+    p.add_argument(
+        "--json", type=output_file, metavar="PATH", help="write the figures as JSON"
+    )
+    p.add_argument(
+        "--markdown", type=output_file, metavar="PATH", help="write the summary table"
+    )
     p.add_argument(
         "--tables",
+        type=output_dir,
         metavar="DIR",
         help="write the docs' tables (accuracy.md, derivatives.md, accuracy.json)",
     )

@@ -53,6 +53,8 @@ from jax_softplus.tools._common import (
     machine,
     machine_line,
     naive_backward,
+    output_dir,
+    output_file,
     parse_beta,
     parse_dtype,
     positive_int,
@@ -1116,11 +1118,21 @@ def main(argv=None):
         "capped at AVX2 (XLA_FLAGS=--xla_cpu_max_isa=AVX2, 256-bit vectors), in "
         "a child process after this one, its tables in --tables DIR/avx2",
     )
-    p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
-    p.add_argument("--plot", metavar="PNG", help="write a plot of the ratios")
-    p.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    p.add_argument(
+        "--json", type=output_file, metavar="PATH", help="write the figures as JSON"
+    )
+    p.add_argument(
+        "--plot", type=output_file, metavar="PNG", help="write a plot of the ratios"
+    )
+    p.add_argument(
+        "--markdown",
+        type=output_file,
+        metavar="PATH",
+        help="write the table as Markdown",
+    )
     p.add_argument(
         "--tables",
+        type=output_dir,
         metavar="DIR",
         help="write the docs' tables (bench-summary.md, bench.md, bench.json)",
     )

@@ -33,7 +33,7 @@ import numpy as np
 
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as derivatives
-from jax_softplus.tools._common import machine, machine_line, x64
+from jax_softplus.tools._common import machine, machine_line, output_dir, x64
 
 INF, NAN = math.inf, math.nan
 LN2 = math.log(2.0)
@@ -462,7 +462,9 @@ def main(argv=None):
         prog="python -m jax_softplus.tools.specials",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--tables", metavar="DIR", help="write specials.md into DIR")
+    p.add_argument(
+        "--tables", type=output_dir, metavar="DIR", help="write specials.md into DIR"
+    )
     args = p.parse_args(argv)
     text, failures = tables()
     where = (
