@@ -983,7 +983,9 @@ def _render_runs(parser, path):
     with open(path) as f:
         data = json.load(f)
     runs = data.get("runs", [data]) if isinstance(data, dict) else None
-    for run in runs if isinstance(runs, list) and runs else [None]:
+    if not isinstance(runs, list) or not runs:
+        runs = [None]  # reported as lacking every key
+    for run in runs:
         missing = [k for k in _RUN_KEYS if not isinstance(run, dict) or k not in run]
         if missing:
             lacks = ", ".join(missing)

@@ -28,7 +28,7 @@ SIZES = ("", "0", "-1K", "2Q", ",")
 LISTS = ("", "bogus")
 # Output paths no tool can write, found before any work: a folder given as
 # a file, a file given as a folder, and a path through a file.
-OUT_FILES = ("docs", "README.md/out.json")
+OUT_FILES = ("docs", "", "README.md/out.json")
 OUT_DIRS = ("README.md", "README.md/tables")
 # Inputs that are not there, and not JSON.
 IN_JSON = ("no/such/run.json", "README.md")

@@ -109,8 +109,9 @@ def output_file(text):
     """An argparse type: a file path the tool can write once it is done (its
     folder made now), checked before any work, so that a long run does not
     end in a traceback."""
-    if os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file path")
+    if not text or os.path.isdir(text):
+        what = "a directory" if text else "empty"
+        raise argparse.ArgumentTypeError(f"{text!r} is {what}; give a file path")
     _writable_folder(os.path.dirname(text) or ".", text)
     return text
 
