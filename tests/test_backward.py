@@ -94,6 +94,36 @@ def test_results_just_above_the_smallest_normal(dtype):
         assert np.all(np.abs(f64(best)[normal]) >= tiny), beta
 
 
+@pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16), ids=dtype_id)
+def test_the_band_where_only_the_largest_diff_dst_keeps_a_normal_result(dtype):
+    # t in [-177, -175]: exp(-t) is above 2**253, so 2**-k needs a third
+    # factor, only a diff_dst above 2**127 keeps the result normal, and
+    # below t = -176.06 none does. Eager and traced beta (and a concrete
+    # tiny one, rescaled at trace time; a huge one, whose k rounds to halves).
+    info = jnp.finfo(dtype)
+    tiny, bound = float(info.tiny), ULP_BOUND[np.dtype(dtype)]
+    rng = np.random.default_rng(seed_of("third factor band", np.dtype(dtype).name))
+    n = 1 << 14
+    for beta in (1.0, 1.7, -2.5, 2.0**-110, -3e38):
+        t = rng.uniform(-177.0, -175.0, n)
+        src = jnp.asarray((t / beta).astype(np.float32), dtype)
+        mag = np.minimum(rng.uniform(2.0**127, 2.0**128, n), float(info.max))
+        dd = jnp.asarray((mag * rng.choice([-1.0, 1.0], n)).astype(np.float32), dtype)
+        ref = backward_ref(src, dd, beta)
+        assert normal_exact(ref, dtype).mean() > 0.05, beta
+        traced = jax.jit(softplus_backward)(src, dd, jnp.asarray(beta, jnp.float32))
+        for got in (softplus_backward(src, dd, beta), traced):
+            assert max_ulp(got, ref, dtype) <= bound, beta
+            below = np.abs(ref) < tiny
+            assert below.mean() > 0.3 and np.all(np.abs(f64(got)[below]) < tiny), beta
+        # An infinite diff_dst times the positive sigmoid stays infinite; at
+        # src = -inf * sign(beta) sigmoid is exactly 0, and inf * 0 is NaN.
+        inf = np.float32(np.inf)
+        edge_src = jnp.array([src[0], src[1], -inf * np.sign(beta)], dtype)
+        edge = softplus_backward(edge_src, jnp.array([inf, -inf, inf], dtype), beta)
+        np.testing.assert_array_equal(f64(edge), [np.inf, -np.inf, np.nan])
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_largest_finite_diff_dst_never_overflows(dtype):
     # diff_dst * sigmoid <= |diff_dst|: no intermediate may overflow for the
@@ -398,7 +428,7 @@ def test_the_correction_survives_the_same_product_beside_it(beta):
 
 @pytest.mark.parametrize("beta", (1.2e-38, -2e-38, 3e-37, 2.0**127, -3.3e38))
 def test_a_traced_extreme_beta_with_finite_src_is_within_the_bound(beta):
-    # The fused kernel clamps src to bounds from beta: below |beta| = 5.4e-37
+    # The fused kernel clamps src to bounds from beta: below |beta| = 5.2e-37
     # they pass float32's largest finite value (every finite src is inside),
     # and above 2**126 beta * log2(e) would overflow (the magic number then
     # rounds to halves). Any finite src, t over the whole range.
