@@ -23,9 +23,7 @@ Float32 layout of the backward kernel, for `diff_src = dd * sigmoid(t)` with
    range when `exp(-t)` overflows, which is the tail where `sigmoid(t)`
    underflows but `dd * sigmoid(t)` does not. Below t = -175.7 (k > 253) a
    third factor, 2**-25, is taken from `dd` (exact unless the result is far
-   below float32's normal range). The CPU's fused kernel, whose platform
-   flushes every result below t = -176.06, clamps t at -176.25 (k <= 254)
-   and takes 1/2 instead, capping 2**(k-K) at 2**127.
+   below float32's normal range).
 4. `diff_src = (dd / D) * 2**-K`, a single rounding in the division; the
    final scaling by a power of two is exact. On CPUs, which flush subnormal
    results, `(dd * 2**-K) / D` gives the same bits with the scaling off the
@@ -247,12 +245,11 @@ def _exp_reduce(z, zl, compensated=True):
 # Where the fused kernel clamps z = -t (`_src_bounds`): below -_ZLOW the
 # sigmoid is 1 to rounding (from z = -17.4), and k = round(z / ln 2) >= -126
 # needs z >= -87.6; above _ZHIGH every result is below 2**-126 and flushed
-# (from z = 254 ln 2 = 176.06, as dd < 2**128; the fused kernel runs on
-# CPUs, which flush), and k <= 254 (`_deep_tail`'s halving) needs z < 254.5
-# ln 2 = 176.40. Both bounds may be off by the approximate reciprocal's
-# 2**-16.
+# (from z = 176.5; the fused kernel runs on CPUs, which flush), and k <= 278
+# (`_deep_tail`) needs z <= 193. Both bounds may be off by the approximate
+# reciprocal's 2**-16.
 _ZLOW = _F32(50.0)
-_ZHIGH = _F32(176.25)
+_ZHIGH = _F32(184.8)
 
 
 def _over(zs, u):
@@ -293,9 +290,9 @@ def _src_bounds(nbeta, like):
 
 def _exp_reduce_fused(beta, x, tiny=False):
     """exp(z) = 2**k (1 + p) for z = -beta * x exact, on targets that
-    contract `a * b + c` into an FMA (`fma_contracts`). Returns (k_bits, p):
-    k_bits an int32 with k in its low bits (`_scale_bits` shifts the rest
-    out), k <= 254 (`_ZHIGH`), p as `_exp_reduce`'s.
+    contract `a * b + c` into an FMA (`fma_contracts`). Returns (k_bits,
+    deep, p): k_bits an int32 with k in its low bits (`_scale_bits` shifts
+    the rest out), deep where k > 253 (`_deep_tail`), p as `_exp_reduce`'s.
 
     The reduced argument r = z - k ln 2 comes from the exact product in one
     FMA, so the product's rounding needs no operation of its own
@@ -310,7 +307,7 @@ def _exp_reduce_fused(beta, x, tiny=False):
     (which XLA would otherwise leave out of the loop): XLA would fold the
     product of a constant src and beta, with no FMA.
 
-    Below |beta| = 5.2e-37 the bounds are beyond float32 (no finite src
+    Below |beta| = 5.4e-37 the bounds are beyond float32 (no finite src
     reaches the saturated t), and an infinite src is clamped to the largest
     float32 instead. `tiny` (|beta| < 2**-100 known at trace time,
     `BetaHints.beta_tiny`) computes with beta 2**64 and src 2**-64 instead:
@@ -337,7 +334,8 @@ def _exp_reduce_fused(beta, x, tiny=False):
     c = ks * (-_LN2_HI * per_s) + zero
     r = nbeta * xc + c
     r = r - ks * (_LN2_LO * per_s)
-    return lax.bitcast_convert_type(v, _I32), r + _expm1_q(r) * (r * r)
+    deep = ks > _F32(253) * s
+    return lax.bitcast_convert_type(v, _I32), deep, r + _expm1_q(r) * (r * r)
 
 
 def _balance(beta, x):
@@ -371,22 +369,18 @@ def _product(beta, x, compensate, limit, fused=False):
     return t, lax.select(lax.abs(t) < limit, tl, lax.full_like(tl, 0))
 
 
-def _scale_bits(k, capped=False):
+def _scale_bits(k):
     """Bits of x_scale = 2**(k - K) and y_scale = 2**-K, K = clip(k - 1, 0, 126).
 
     For k in [-126, 253] (`_ZMAX`, `_deep_tail`). K lags k by one so that, with
     exp = 2**k * q and q in [0.71, 1.41], D = q * x_scale + y_scale is at
     least 1 (x_scale >= 2 wherever K > 0) and dd / D cannot overflow.
-    `capped`: for k up to 254, x_scale is 2**(min(k, 253) - K), the fused
-    kernel's k - 1 where k = 254 (`_deep_tail`).
     """
-    # Clamped after the shift, which |k| <= 254 leaves in range: one shift
+    # Clamped after the shift, which |k| <= 253 leaves in range: one shift
     # instead of two, and XLA takes k << 23 straight from `_nearest_k`'s
     # bits, whose magic offset shifts out.
     kb = lax.shift_left(k, _I32(23))
     y_bits = _I32(128 << 23) - lax.clamp(_I32(1 << 23), kb, _I32(127 << 23))
-    if capped:  # after the shift, which drops the magic number's bits
-        kb = lax.min(kb, _I32(253 << 23))
     # 2**(k - K) = 2**k * 2**-K: add the exponents (k - K = k where k < 0).
     return kb + y_bits, y_bits
 
@@ -402,27 +396,17 @@ def sigmoid_is_zero(src, beta):
     return src == lax.full_like(beta, -np.inf) * lax.sign(beta)
 
 
-def _deep_tail(k, deep, src, dd, beta, shift=25):
-    """Move 2**-shift of the scale into dd where `deep`: k > 253 (t below
-    -175.7).
+def _deep_tail(k, deep, src, dd, beta):
+    """Move 2**-25 of the scale into dd where k > 253 (t below -175.7).
 
-    2**-k then needs three factors; dd * 2**-shift is exact unless dd is so
+    2**-k then needs three factors; dd * 2**-25 is exact unless dd is so
     small that the result is 0 anyway. Where sigmoid is exactly 0 the factor
-    is 0, so that inf * 0 is NaN. Returns the new (k, dd).
-
-    Shift 1 is the fused kernel's, whose k is at most 254 (`_ZHIGH`): its
-    k - 1 is `_scale_bits`'s cap (`capped`), one integer op where the select
-    of k - 25 takes two with 256-bit code. Wherever the result is normal,
-    dd > 2**127 and the bits are those of shift 25; where it is not, the
-    halving keeps it below the normal range (2**-126 / D alone would not,
-    for dd near float32's largest and D at most 2**128) and D finite, so
-    that inf * sigmoid stays inf.
+    is 0, so that inf * 0 is NaN. Returns the new (k, dd). `deep` comes
+    from the float k, so that the integer is only shifted (`_nearest_k`).
     """
     zero = lax.full_like(dd, 0)
-    scale = lax.select(sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-shift))
-    if shift != 1:
-        k = lax.select(deep, k - _I32(shift), k)
-    return k, lax.select(deep, dd * scale, dd)
+    scale = lax.select(sigmoid_is_zero(src, beta), zero, zero + _F32(2.0**-25))
+    return lax.select(deep, k - _I32(25), k), lax.select(deep, dd * scale, dd)
 
 
 def _scaled(dd, d, y_scale, ftz):
@@ -495,12 +479,7 @@ def sigmoid_times_f32(
     `balance` are then moot; `tiny`, |beta| < 2**-100, rescales the pair).
     """
     if fused:
-        k, p = _exp_reduce_fused(beta, src, tiny)
-        # k = 254, compared after the shift that `_scale_bits` makes too (an
-        # integer compare, with the constant of its cap: one register less
-        # with 256-bit code, where the loop spills).
-        deep = lax.shift_left(k, _I32(23)) > _I32(253 << 23)
-        k, dd = _deep_tail(k, deep, src, dd, beta, shift=1)
+        k, deep, p = _exp_reduce_fused(beta, src, tiny)
     else:
         # -t = (-beta) * src exactly, with -beta formed once: the negation
         # costs nothing per element. exp(-t) = exp(z + zl).
@@ -518,9 +497,10 @@ def sigmoid_times_f32(
         # 256-bit loop) for tails' maxima of 1.9 ulp instead of 1.7; the
         # core's maximum (1.96) is the denominator's.
         k, kf, p = _exp_reduce(zc, zl, compensated=False)
-        k, dd = _deep_tail(k, kf > _F32(253), src, dd, beta)
+        deep = kf > _F32(253)
+    k, dd = _deep_tail(k, deep, src, dd, beta)
     # exp(-t) = 2**k (1 + p). K = clip(k - 1, 0, 126) scales D into range.
-    x_bits, y_bits = _scale_bits(k, capped=fused)
+    x_bits, y_bits = _scale_bits(k)
     # D = x_scale + (y_scale + p * x_scale). For t < -1 (K > 0) x_scale is
     # the larger term and the inner sum's rounding is far below ulp(D); for
     # t > -1, where y_scale = 1 is, it adds up to half an ulp(D) more (1.98

@@ -428,7 +428,7 @@ def test_the_correction_survives_the_same_product_beside_it(beta):
 
 @pytest.mark.parametrize("beta", (1.2e-38, -2e-38, 3e-37, 2.0**127, -3.3e38))
 def test_a_traced_extreme_beta_with_finite_src_is_within_the_bound(beta):
-    # The fused kernel clamps src to bounds from beta: below |beta| = 5.2e-37
+    # The fused kernel clamps src to bounds from beta: below |beta| = 5.4e-37
     # they pass float32's largest finite value (every finite src is inside),
     # and above 2**126 beta * log2(e) would overflow (the magic number then
     # rounds to halves). Any finite src, t over the whole range.

@@ -1,11 +1,10 @@
-"""What the float32 backward kernel's deep tail cost at commit b901e6c
-(whose CPU kernel called `_math._deep_tail`; later ones do not, and this
-script refuses them): the op in your jit against the same kernel with its
-deep tail cut out, the naive formula and `a * b`, each with a fresh output,
-the order rotating every round, medians of per-round ratios; then an input
-the cut kernel gets wrong. The cut kernel is for timing only: below
-t = -175.7 it loses results that are normal. With `--code`, the hot loops'
-instructions (needs objdump). From a checkout of b901e6c:
+"""What the float32 backward kernel's deep tail costs: the op in your jit
+against the same kernel with its deep tail (`_math._deep_tail`) cut out,
+the naive formula and `a * b`, each with a fresh output, the order
+rotating every round, medians of per-round ratios; then an input the cut
+kernel gets wrong. The cut kernel is for timing only: below t = -175.7 it
+loses results that are normal. With `--code`, the hot loops' instructions
+(needs objdump). A kernel without a `_deep_tail` call is refused.
 
     XLA_FLAGS=--xla_cpu_max_isa=AVX2 \
         python benchmarks/results/zen5-2026-12-05f/deep_tail.py --beta 1.7
@@ -56,9 +55,7 @@ def main():
     beta = np.float32(args.beta)
     kernels = {cut: _compiled(src, dd, beta, cut=cut) for cut in (False, True)}
     if kernels[False][0].as_text() == kernels[True][0].as_text():
-        raise SystemExit(
-            "deep_tail.py: this kernel has no _deep_tail to cut (b901e6c's has)"
-        )
+        raise SystemExit("deep_tail.py: this kernel has no _deep_tail call to cut")
     naive = jax.jit(lambda s, d, b: d * jax.nn.sigmoid(b * s))
     mul = jax.jit(lambda s, d: s * d)
     calls = {
