@@ -100,8 +100,13 @@ def test_the_band_where_only_the_largest_diff_dst_keeps_a_normal_result(dtype):
     # factor, only a diff_dst above 2**127 keeps the result normal, and
     # below t = -176.06 none does. Eager and traced beta (and a concrete
     # tiny one, rescaled at trace time; a huge one, whose k rounds to halves).
+    # Held to the level the kernels reach there (1.76 and 0.50 ulp at worst
+    # over 2.75 million inputs at seven betas, eager and traced), under the
+    # bounds of 2.5 and 1.
     info = jnp.finfo(dtype)
-    tiny, bound = float(info.tiny), ULP_BOUND[np.dtype(dtype)]
+    tiny = float(info.tiny)
+    bound = {np.dtype(jnp.float32): 2.0, np.dtype(jnp.bfloat16): 0.55}[np.dtype(dtype)]
+    assert bound < ULP_BOUND[np.dtype(dtype)]
     rng = np.random.default_rng(seed_of("third factor band", np.dtype(dtype).name))
     n = 1 << 14
     for beta in (1.0, 1.7, -2.5, 2.0**-110, -3e38):
