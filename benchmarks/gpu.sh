@@ -16,14 +16,35 @@
 # It writes OUT/gpu.md (the docs' table: copy it to docs/tables/gpu.md) and
 # OUT/gpu-results.tgz (everything: unpack it into
 # benchmarks/results/<gpu>-<date>/, then `python benchmarks/gpu_bench.py
-# --render benchmarks/results/<gpu>-<date>/gpu_bench.json` writes
-# docs/tables/gpu.md from it). Run from the repository root; the package is
+# --render benchmarks/results/<gpu>-<date>/gpu_bench.json --tables
+# docs/tables` writes docs/tables/gpu.md from it). Run from the repository root; the package is
 # pure Python, no install:
 #   bash benchmarks/gpu.sh [OUT_DIR]
 # GPU_SH_QUICK=1 runs every step at toy sizes, on any machine (a check of
 # the script itself, not a measurement: 2.5 minutes on 2 CPU cores, as
 # docs/tables/timings.md records).
 set -uo pipefail
+usage="usage: bash benchmarks/gpu.sh [OUT_DIR]  (GPU_SH_QUICK=1: toy sizes, any machine)"
+case "${1:-}" in
+-h | --help)
+    echo "$usage"
+    exit 0
+    ;;
+-*)
+    echo "$usage" >&2
+    echo "gpu.sh: error: unknown option '$1' (the one argument is the output folder)" >&2
+    exit 2
+    ;;
+esac
+if [ $# -gt 1 ]; then
+    echo "$usage" >&2
+    echo "gpu.sh: error: one argument at most (the output folder), got $#" >&2
+    exit 2
+fi
+if [ "${GPU_SH_QUICK:-0}" != 1 ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "gpu.sh: error: no GPU here (no nvidia-smi); GPU_SH_QUICK=1 runs the script at toy sizes on any machine" >&2
+    exit 2
+fi
 out="${1:-${OUT:-gpu-results}}"
 res="$out/results"
 mkdir -p "$res"

@@ -304,7 +304,9 @@ def render(json_path, directory):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--size", type=positive_int, default=256 << 20, help="elements per array"
+        "--size",
+        type=positive_int,
+        help="elements per array (default 256M on a GPU; required elsewhere)",
     )
     p.add_argument("--dtypes", default="f32,bf16,f16", help="f32, bf16, f16")
     p.add_argument("--iters", type=positive_int, default=20, help="calls per round")
@@ -325,10 +327,14 @@ def main(argv=None):
         metavar="JSON",
         help="write --tables DIR/gpu.md from a run's JSON",
     )
-    p.add_argument("--tables", metavar="DIR", default="docs/tables")
+    p.add_argument("--tables", metavar="DIR", help="with --render: where gpu.md goes")
     args = p.parse_args(argv)
     dtypes = comma_list(p, "--dtypes", args.dtypes, str, ("f32", "bf16", "f16"))
+    if args.tables and not args.render:
+        p.error("--tables goes with --render (a run writes --json and --hlo)")
     if args.render:
+        if not args.tables:
+            p.error("--render needs --tables DIR, where gpu.md goes (docs/tables)")
         if not (Path(args.render).parent / "gpu.txt").exists():
             p.error(f"--render: no gpu.txt beside {args.render!r} (a gpu.sh run's)")
         try:
@@ -337,6 +343,14 @@ def main(argv=None):
             p.error(f"--tables: {err}")
         render(args.render, args.tables)
         return
+    if args.size is None:
+        if jax.default_backend() != "gpu":
+            p.error(
+                f"no GPU here (JAX's backend is {jax.default_backend()}): this "
+                "measures a GPU's memory floor at 256M elements; give --size "
+                "to run it here anyway"
+            )
+        args.size = 256 << 20
     print("devices:", jax.devices(), "jax", jax.__version__)
     rows = []
     for name in dtypes:

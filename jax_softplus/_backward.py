@@ -86,6 +86,7 @@ def softplus_backward(
 def _validated(src, diff_dst, beta, accuracy=None):
     """(src, diff_dst, beta as given, beta checked, hints, accuracy checked,
     weak)."""
+    src, diff_dst, beta = map(_validate.unwrap, (src, diff_dst, beta))
     src, diff_dst, weak = _validate.check_operands(src, diff_dst)
     checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
     level = _validate.check_accuracy(accuracy, src.dtype)
@@ -215,6 +216,8 @@ def softplus_backward_inplace(
     fast = _dispatch.inplace_fast_call(src, diff_dst, beta, accuracy)
     if fast is not None:
         return fast
+    # An nnx.Param's own array is donated, not a copy of it.
+    src, diff_dst, beta = map(_validate.unwrap, (src, diff_dst, beta))
     *args, _ = _validated(src, diff_dst, beta, accuracy)
     if _weak_buffer(diff_dst, args[1]):
         # Its own buffer is donated, not a strongly typed copy: the jit reads

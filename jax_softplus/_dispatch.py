@@ -648,7 +648,7 @@ def inplace_fast_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None) 
     ):
         return None
     aval = diff_dst.aval  # dtype, shape and weak type in one comparison
-    if aval.weak_type or src.aval != aval:
+    if aval.weak_type or src.aval != aval or _one_buffer(src, diff_dst):
         return None
     beta = _fast_beta(beta, aval.dtype)
     if beta is None:
@@ -700,13 +700,29 @@ def inplace_call(
         diff_dst = jnp.array(diff_dst, copy=True)
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
-    if src is diff_dst:
+    if src is diff_dst or _one_buffer(src, diff_dst):
         plan = _inplace_plan(_inplace_self_jit, diff_dst, hints, accuracy)
         return _run_inplace(plan, (diff_dst,), diff_dst, placed)
     diff_dst = _follow_src(src, diff_dst)
     layout = _layout(src, diff_dst)
     plan = _inplace_plan(_inplace_jit, diff_dst, hints, accuracy, layout)
     return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
+
+
+def _one_buffer(src, diff_dst) -> bool:
+    """Whether two array objects hold the same buffers (`jax.device_put(a,
+    a.sharding)` is a new object on `a`'s buffer): the runtime refuses to
+    donate a buffer that the same call also reads. Both of one shape and
+    dtype."""
+    try:
+        return src.unsafe_buffer_pointer() == diff_dst.unsafe_buffer_pointer()
+    except RuntimeError:  # several shards (or a deleted array: checked later)
+        if src.is_deleted() or diff_dst.is_deleted():
+            return False
+    pointers = {s.data.unsafe_buffer_pointer() for s in src.addressable_shards}
+    return any(
+        s.data.unsafe_buffer_pointer() in pointers for s in diff_dst.addressable_shards
+    )
 
 
 def _warn_not_donated():

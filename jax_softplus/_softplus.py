@@ -299,6 +299,7 @@ def softplus(
         fast = _dispatch.host_forward_call(x, beta, accuracy)
     if fast is not None:
         return fast
+    x, beta = _validate.unwrap(x), _validate.unwrap(beta)
     if _validate.is_complex(x):
         return _complex(x, beta, accuracy)
     x, weak = _validate.check_forward_operand(x)

@@ -50,6 +50,15 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     return _F64 if dtype == _F64 else _F32
 
 
+def unwrap(value: Any) -> Any:
+    """What JAX takes as an array through `__jax_array__` (flax's
+    `nnx.Param`, for one), as that array; any other value as it is."""
+    if isinstance(value, jax.Array):
+        return value
+    to_array = getattr(type(value), "__jax_array__", None)
+    return value if to_array is None else to_array(value)
+
+
 def _is_python_scalar(value: Any) -> bool:
     return type(value) in (int, float)
 
@@ -358,6 +367,9 @@ def _concrete_beta(concrete, shown, cdtype, forward):
             f"(|beta| <= {limit:.4g}), got {shown}."
         )
     tiny = float(jnp.finfo(cdtype).tiny)
+    # The value the kernels see: a float64 beta a hair below `tiny` rounds to
+    # it, a normal number, as a traced beta's conversion rounds it.
+    concrete = float(np.asarray(concrete, cdtype))
     if forward and abs(concrete) < tiny:
         flushed = "" if concrete == 0.0 else (
             f" (below {cdtype.name}'s smallest normal, {tiny:.4g}: a subnormal "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -72,6 +73,8 @@ def main(argv=None):
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("give the command to time after --")
+    if shutil.which(command[0]) is None:
+        p.error(f"no such command: {command[0]!r} (not a file, nor on PATH)")
     started = time.perf_counter()
     code = subprocess.run(command, check=False).returncode
     minutes = (time.perf_counter() - started) / 60

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jax_softplus.tools._references import backward_ref, softplus_ref, ulp_error
 
 __all__ = [
+    "SLOW_HIGHEST",
     "dtype_id",
+    "examples",
     "seed_of",
     "run_on_eight_devices",
     "BETAS",
@@ -25,6 +29,14 @@ __all__ = [
 ]
 
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+# HIGHEST as a parameter of the slow tier (each of its programs takes
+# seconds to compile); the default tier runs such a test at the default
+# accuracy, and tests/test_highest.py holds HIGHEST there.
+SLOW_HIGHEST = pytest.param(
+    jax.lax.AccuracyMode.HIGHEST,
+    marks=pytest.mark.slow,
+    id=str(jax.lax.AccuracyMode.HIGHEST),
+)
 BETAS = (1.0, 0.5, 3.0, -1.0, -2.5)
 # Betas whose t of order 1 needs a tiny or a huge operand.
 EXTREME_BETAS = (3e38, -1e35, 2.0**70, 2.0**-70, -1e-35, 1.2e-38)
@@ -39,6 +51,15 @@ ULP_BOUND = {
     np.dtype(jnp.float16): 1.0,
     np.dtype(jnp.float64): 4.0,
 }
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples for a costly test: n by default, 3n in CI's
+    profile (`JAX_SOFTPLUS_HYPOTHESIS=ci`, tests/conftest.py); cheap tests
+    take the profile's own count."""
+    import os
+
+    return 3 * n if os.environ.get("JAX_SOFTPLUS_HYPOTHESIS") == "ci" else n
 
 
 def dtype_id(dtype) -> str:

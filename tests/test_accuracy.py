@@ -15,6 +15,7 @@ def results():
     return accuracy.measure(n=20_000, seed=123)
 
 
+@pytest.mark.tools
 def test_every_cell_is_within_its_bound(results):
     ours = [r for r in results if r.impl == "jax_softplus"]
     # 8 betas x (f32 and bf16: 3 backward + 2 forward regions; f16: 2 x 1).
@@ -23,6 +24,7 @@ def test_every_cell_is_within_its_bound(results):
     assert not bad, bad
 
 
+@pytest.mark.tools
 def test_ahead_of_every_anchor_in_float32(results):
     # Worst case over the regions, per op and beta: the bound of the issue.
     worst = {}
@@ -44,6 +46,7 @@ def test_ahead_of_every_anchor_in_float32(results):
             assert worst[(op, beta, impl)] <= 0.5 < worst[(op, beta, "jax_softplus")]
 
 
+@pytest.mark.tools
 def test_the_naive_formula_loses_to_the_product_rounding(results):
     # The anchors' error at beta != 1 is the rounding of beta * src.
     naive = [
@@ -65,6 +68,7 @@ def test_float64_reference_agrees_with_mpmath():
     assert worst["forward: jax_softplus"] <= 2.5
 
 
+@pytest.mark.tools
 def test_cli_prints_a_table(capsys, tmp_path):
     out = tmp_path / "acc.json"
     accuracy.main(
@@ -103,6 +107,7 @@ def test_ulp_error_counts_from_lowest_ulps_above_the_smallest_normal():
     np.testing.assert_allclose(err, ref[2:] / (tiny * eps))
 
 
+@pytest.mark.tools
 def test_the_cli_takes_the_long_dtype_names(capsys):
     # `--dtypes float32` ended in a bare KeyError; the bench accepted it.
     accuracy.main(
@@ -115,6 +120,7 @@ def test_the_cli_takes_the_long_dtype_names(capsys):
     assert "unknown dtype 'int8'" in capsys.readouterr().err
 
 
+@pytest.mark.tools
 def test_the_cli_measures_every_derivative():
     # float32, few points: tests/test_higher_order.py bounds every order.
     # A quantity of each order and route (tests/test_figures.py checks that
@@ -139,6 +145,7 @@ def test_the_cli_measures_every_derivative():
     assert "0.1..10" in accuracy.derivatives_markdown(rows, by_range=True)
 
 
+@pytest.mark.tools
 def test_the_derivative_cells_run_each_platforms_lowering_on_the_same_inputs():
     some = ("d bwd/dsrc", "d2 softplus/dbeta2")
     rows = accuracy.measure_derivatives(
@@ -237,6 +244,7 @@ def test_the_plot_is_drawn_at_a_beta_the_run_measured(monkeypatch, capsys):
     assert "plot (beta = 1)" in capsys.readouterr().out
 
 
+@pytest.mark.tools
 def test_float64_cells_with_the_search(capsys, x64):
     # `--dtypes f64` answered "unknown dtype 'f64'". The cells measure
     # against mpmath, a share of the inputs near the kernels' switch points,

@@ -96,6 +96,7 @@ def test_unperturbed_beta_costs_nothing_under_jit():
     assert _count_primitive(jaxpr.jaxpr, softplus_backward_p.name) == 1
 
 
+@pytest.mark.slow
 def test_hessian_by_reverse_over_reverse():
     beta = 1.7
     hess = jax.jacrev(jax.jacrev(lambda x: softplus(x, beta).sum()))(X)
@@ -159,6 +160,7 @@ def test_linear_transpose_in_diff_dst():
     np.testing.assert_array_equal(g(G)[0], f(G))
 
 
+@pytest.mark.slow
 def test_grad_at_edges():
     # tests/nn_test.py-style edges: 0, tiny, +-inf, nan.
     grad = jax.grad(softplus)

@@ -59,6 +59,7 @@ def test_beyond_the_tail_with_a_huge_diff_dst(dtype):
         assert max_ulp(got, ref, dtype) <= ULP_BOUND[np.dtype(dtype)], (beta, got)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_results_just_above_the_smallest_normal(dtype):
     # diff_dst chosen to put the exact result within 16 ulps above the
@@ -94,6 +95,7 @@ def test_results_just_above_the_smallest_normal(dtype):
         assert np.all(np.abs(f64(best)[normal]) >= tiny), beta
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16), ids=dtype_id)
 def test_the_band_where_only_the_largest_diff_dst_keeps_a_normal_result(dtype):
     # t in [-177, -175]: exp(-t) is above 2**253, so 2**-k needs a third

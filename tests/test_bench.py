@@ -1,10 +1,6 @@
 """The benchmark runs end to end (tiny sizes: this checks the tool, not speed)."""
 
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,6 +8,7 @@ from jax_softplus._softplus import MECHANISM
 from jax_softplus.tools import bench
 
 
+@pytest.mark.tools
 def test_cli_runs_every_section(tmp_path, capsys):
     out = tmp_path / "bench.json"
     bench.main(
@@ -109,6 +106,7 @@ def test_default_sizes_reach_past_the_last_level_cache(capsys):
     assert "default: 16M,128M" in help_text
 
 
+@pytest.mark.tools
 def test_a_plot_without_scaling_has_one_panel_and_no_warning(tmp_path, recwarn):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
@@ -146,6 +144,7 @@ def test_the_docs_tables_lead_with_the_users_jit_and_name_the_machine(tmp_path):
     assert json.loads((tmp_path / "bench.json").read_text())["machine"]["jax"]
 
 
+@pytest.mark.tools
 def test_the_derivative_and_eager_sections(tmp_path, capsys):
     bench.main(
         ["--sizes", "1K", "--repeats", "1", "--dtypes", "f32", "--betas", "1.7",
@@ -176,6 +175,7 @@ def test_the_derivative_and_eager_sections(tmp_path, capsys):
     assert len(lines) == len(set(lines)) and any("min left" in line for line in lines)
 
 
+@pytest.mark.tools
 def test_the_float64_section_times_float64_with_x64_on_only_there(tmp_path):
     import jax
 
@@ -196,6 +196,7 @@ def test_the_float64_section_times_float64_with_x64_on_only_there(tmp_path):
     assert "f64 1.7" in summary and "f64 2K" in summary
 
 
+@pytest.mark.tools
 def test_the_highest_section_times_highest_beside_default_and_naive(tmp_path, capsys):
     bench.main(
         ["--sizes", "none", "--dtypes", "f32,bf16", "--repeats", "2", "--no-torch",
@@ -259,71 +260,3 @@ def test_avx2_reruns_the_measurement_with_avx2_code(tmp_path):
     capped = (tmp_path / "avx2" / "bench.md").read_text().splitlines()[0]
     assert "AVX-512 code" in native
     assert "AVX2 (XLA_FLAGS --xla_cpu_max_isa=AVX2) code" in capped
-
-
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-SCRIPTS = sorted(RESULTS.glob("*/*.py"))
-
-
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_the_results_scripts_refuse_bad_options_in_one_line(script):
-    # The A/B scripts kept beside their runs: a bad option is a usage error.
-    out = subprocess.run(
-        [sys.executable, str(script), "--rounds", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 2, out.stderr
-    last = out.stderr.strip().splitlines()[-1]
-    assert "error: --rounds" in last, out.stderr
-    assert "Traceback" not in out.stderr
-
-
-def _run_script(name, *args):
-    """A results script's stdout lines, after it exits 0."""
-    script = next(p for p in SCRIPTS if p.name == name)
-    out = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout.splitlines()
-
-
-def _has_rows(lines, names):
-    return all(
-        any(line.startswith(f"{name} ") and "x the naive" in line for line in lines)
-        for name in names
-    )
-
-
-def test_the_fresh_output_ab_runs():
-    lines = _run_script("fresh_ab.py", "--size", "4096", "--rounds", "2")
-    assert "4096 elements" in lines[1]
-    assert _has_rows(lines, ("library's jit", "your jit", "naive", "a*b"))
-
-
-def test_the_fresh_output_aa_runs():
-    lines = _run_script("fresh_aa.py", "--size", "4K", "--rounds", "2")
-    assert "4096 elements" in lines[1]
-    names = ("library's jit", "your jit", "your jit again", "naive", "a*b")
-    assert _has_rows(lines, names)
-
-
-def test_the_in_cache_ab_runs():
-    args = ("--size", "4K", "--rounds", "2", "--calls", "2")
-    lines = _run_script("in_cache_ab.py", *args)
-    assert "4096 elements" in lines[1] and "donated" in lines[1]
-    assert _has_rows(lines, ("library's in place", "your jit", "naive", "a*b"))
-
-
-@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs objdump")
-def test_the_library_call_compiles_your_jits_code_with_avx2(monkeypatch):
-    # With 256-bit code (no wider vectors to prefer) the library's eager
-    # call and your jit run one loop: fresh_aa.py's premise.
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
-    lines = _run_script("fresh_aa.py", "--code", "--size", "4K", "--rounds", "1")
-    assert "object code: library's call 1 fusion(s), your jit 1: the same" in lines

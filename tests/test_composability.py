@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ULP_BOUND, backward_ref, max_ulp
+from helpers import SLOW_HIGHEST, ULP_BOUND, backward_ref, max_ulp
 from jax import lax
 from jax.experimental import checkify
 from jax.test_util import check_grads
@@ -310,6 +310,7 @@ def test_check_grads_of_softplus_needs_reverse_mode_on_jax_0_8():
     check_grads(softplus, (0.5,), order=2, modes=["rev"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8")
 @pytest.mark.parametrize("beta", (1.7, -0.5, 4.0))
 def test_check_grads_of_softplus_in_its_default_modes(beta):
@@ -332,3 +333,38 @@ def test_jvp_of_jvp_is_grad_of_grad_within_one_rounding():
         fwd = jax.jvp(tangent, (x,), (1.0,))[1]
         rev = jax.grad(jax.grad(f))(x)
         np.testing.assert_allclose(fwd, rev, rtol=2 * np.finfo(np.float32).eps)
+
+
+# A float64 beta in (1.17549428e-38, tiny) rounds to float32's smallest
+# normal: every route sees that normal number, as a traced beta does, not 0.
+@pytest.mark.parametrize("accuracy", [None, SLOW_HIGHEST], ids=str)
+@pytest.mark.parametrize(
+    "beta", [1.17549432e-38, 1.1754943e-38, np.float64(1.1754943e-38)]
+)
+def test_a_beta_that_rounds_to_the_smallest_normal_is_that_normal(beta, accuracy):
+    tiny = np.finfo(np.float32).tiny
+    assert np.float32(beta) == tiny and float(beta) < float(tiny)
+    src = jnp.asarray([1e38, -1e38, 3e38], jnp.float32)
+    dd = jnp.ones(3, jnp.float32)
+    back = functools.partial(softplus_backward, accuracy=accuracy)
+    fwd = functools.partial(softplus, accuracy=accuracy)
+    want = np.asarray(jax.jit(back)(src, dd, jnp.float32(tiny)))
+    want_fwd = np.asarray(jax.jit(fwd)(src, jnp.float32(tiny)))
+    ref = backward_ref(src, dd, float(tiny))
+    assert max_ulp(want, ref, jnp.float32) <= ULP_BOUND[np.dtype(np.float32)]
+    routes = {
+        "eager": lambda: back(src, dd, beta),
+        "jit, constant beta": lambda: jax.jit(lambda s, d: back(s, d, beta))(src, dd),
+        "vmap": lambda: jax.vmap(back, (0, 0, None))(src, dd, beta),
+        "in place": lambda: softplus_backward_inplace(
+            src, jnp.ones(3, jnp.float32), beta, accuracy=accuracy
+        ),
+    }
+    for name, run in routes.items():
+        got = np.asarray(run())
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), name)
+    for name, got in {
+        "eager": fwd(src, beta),
+        "jit, constant beta": jax.jit(lambda s: fwd(s, beta))(src),
+    }.items():
+        np.testing.assert_array_equal(np.asarray(got), want_fwd, f"softplus {name}")

@@ -30,6 +30,7 @@ def _exact(fn, xs):
     return np.array([float(fn(mpmath.mpf(float(x)))) for x in xs])
 
 
+@pytest.mark.slow
 def test_expm1_polynomial_is_within_2_to_the_minus_26_7():
     # expm1(r) = r + r**2 q(r) on [-ln 2 / 2, ln 2 / 2], error relative to
     # exp(r): r**2 q(r) as the kernel evaluates it, in float32; the sum with
@@ -57,6 +58,7 @@ def test_exp_degree_4_is_within_2_9e_minus_6_with_an_exact_constant():
     assert np.max(np.abs(got / exact - 1)) <= 2.9e-6
 
 
+@pytest.mark.slow
 def test_log1p_polynomial_is_within_2_to_the_minus_30():
     # log1p(f) = f - f**2 / 2 + f**3 P(f) on [-1/4, 1/2], relative error, with
     # the float32 coefficients evaluated exactly (float64): the fit's own
@@ -135,6 +137,7 @@ def test_the_float64_reciprocal_start_is_within_2_to_the_minus_9():
     assert np.max(np.abs(y * m - 1)) <= 2.0**-9.1
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("problem", fit.FITS, ids=lambda f: f"{f.module}.{f.name}")
 def test_the_fitting_script_reproduces_the_committed_coefficients(problem):
     # Bit for bit: the fit is deterministic (mpmath, and float64 + - * /).

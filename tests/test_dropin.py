@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import SLOW_HIGHEST
 from jax.experimental import jet
 
 from jax_softplus import (
@@ -76,6 +77,7 @@ NARROW = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NARROW)
 def test_float8_and_float4_in_give_them_out_correctly_rounded(name):
     # They were a TypeError; jax.nn.softplus takes them (float8 in, float8
@@ -128,6 +130,7 @@ def test_the_backward_ops_do_not_promote():
         softplus_backward_inplace(jnp.ones(3), jnp.arange(3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "value",
     [1j, -3 + 0.5j, jnp.array([1 + 2j, -3 + 0.5j, 40 - 3j], jnp.complex64)],
@@ -151,6 +154,7 @@ def test_complex_is_jax_nn_softplus(value):
         softplus(z, accuracy=jax.lax.AccuracyMode.HIGHEST)
 
 
+@pytest.mark.slow
 def test_complex_infinities_with_a_traced_beta():
     # A traced beta was made complex (zero imaginary part) and multiplied x:
     # 0 * inf made softplus(-inf + 0j, b) NaN + NaNj where jax.nn.softplus
@@ -166,6 +170,7 @@ def test_complex_infinities_with_a_traced_beta():
     )
 
 
+@pytest.mark.slow
 @forward_mode
 def test_linearize_of_vmap_with_a_per_example_beta():
     x, betas = jnp.asarray([-1.0, 0.5, 2.0]), jnp.asarray([1.7, -0.5])
@@ -210,6 +215,7 @@ def test_lower_checks_specs_as_arrays():
         softplus_backward_inplace.lower(spec, jax.ShapeDtypeStruct((4,), jnp.float32))
 
 
+@pytest.mark.slow
 def test_jet_gives_the_taylor_series_of_the_plain_formula(x64):
     x, dd, b = jnp.float64(0.3), jnp.float64(0.75), 1.7
     series = ((1.0, 0.5, -0.25),)  # order 3: 2**3 nested JVPs
@@ -249,6 +255,7 @@ def test_a_direct_bind_of_bad_operands_is_a_type_error(name):
             run(*args)
 
 
+@pytest.mark.slow
 def test_a_direct_bind_gives_a_strongly_typed_result():
     # docs/primitive.md: the abstract eval returns src's aval, not weakly
     # typed; the public ops alone decide when a result is weak.
@@ -261,3 +268,61 @@ def test_a_direct_bind_gives_a_strongly_typed_result():
     for bind in binds:
         for out in (bind(), jax.jit(bind)()):
             assert out.dtype == jnp.float32 and not _weak(out)
+
+
+class _Wrapped:
+    """A value JAX takes as an array through `__jax_array__`, as flax's
+    `nnx.Param` is."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __jax_array__(self):
+        return self.value
+
+
+def _wrappers():
+    out = {"__jax_array__": _Wrapped}
+    try:
+        from flax import nnx
+    except ImportError:  # the test extras install flax; a bare venv may not
+        return out
+    return {**out, "nnx.Param": nnx.Param}
+
+
+@pytest.mark.parametrize("wrap", list(_wrappers().values()), ids=list(_wrappers()))
+@pytest.mark.parametrize("accuracy", [None, SLOW_HIGHEST], ids=str)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=str)
+def test_values_with_jax_array_are_taken_as_their_arrays(wrap, accuracy, dtype):
+    # Whatever jnp.exp takes through __jax_array__ works as x, src,
+    # diff_dst and beta, with the array's own bits, eagerly, under jit and
+    # in grad; the in-place op donates the wrapped array itself.
+    x = jnp.linspace(-4, 4, 9, dtype=dtype)
+    dd = jnp.linspace(1, -1, 9, dtype=dtype)
+    beta = jnp.float32(1.7)
+    fwd = softplus(x, beta, accuracy=accuracy)
+    back = softplus_backward(x, dd, beta, accuracy=accuracy)
+
+    def same(got, want, what):
+        assert got.dtype == want.dtype, what
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), what)
+
+    same(softplus(wrap(x), wrap(beta), accuracy=accuracy), fwd, "softplus")
+    same(softplus(wrap(x), accuracy=accuracy), softplus(x, accuracy=accuracy), "x")
+    got = softplus_backward(wrap(x), wrap(dd), wrap(beta), accuracy=accuracy)
+    same(got, back, "softplus_backward")
+    same(
+        jax.jit(lambda b: softplus(wrap(x), wrap(b), accuracy=accuracy))(beta),
+        fwd,
+        "jit",
+    )
+    grad = jax.grad(lambda b: softplus(wrap(x), wrap(b)).astype(jnp.float32).sum())
+    same(
+        grad(beta),
+        jax.grad(lambda b: softplus(x, b).astype(jnp.float32).sum())(beta),
+        "grad",
+    )
+    inner = dd * 1  # a buffer of its own, donated
+    out = softplus_backward_inplace(wrap(x), wrap(inner), wrap(beta), accuracy=accuracy)
+    same(out, back, "softplus_backward_inplace")
+    assert inner.is_deleted()

@@ -155,6 +155,7 @@ NUMPY_BETAS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", NUMPY_BETAS, ids=repr)
 def test_a_numpy_beta_is_checked_once_and_gives_a_python_numbers_results(
     beta, monkeypatch

@@ -35,6 +35,7 @@ def test_quickstart():
     assert out["y"].shape == (8,) and out["per_example"].shape == (3, 8)
 
 
+@pytest.mark.tools
 def test_per_example_grads():
     pytest.importorskip("optax")
     per_example, learned, true_betas = _load("per_example_grads").main(quick=True)
@@ -42,6 +43,7 @@ def test_per_example_grads():
     assert float(abs(learned - true_betas).max()) < 1e-3
 
 
+@pytest.mark.tools
 def test_train_mlp_learns_digits(capsys):
     pytest.importorskip("flax")
     pytest.importorskip("optax")
@@ -58,6 +60,7 @@ def test_train_mlp_learns_digits(capsys):
     assert "training" not in out.err
 
 
+@pytest.mark.multidevice
 def test_sharded_on_eight_host_devices():
     stdout = run_on_eight_devices(str(EXAMPLES / "sharded.py"), "--quick", timeout=120)
     assert "8 devices" in stdout
@@ -65,6 +68,7 @@ def test_sharded_on_eight_host_devices():
     assert last < first
 
 
+@pytest.mark.multidevice
 def test_shard_map_with_a_learnable_beta():
     stdout = run_on_eight_devices(
         str(EXAMPLES / "shard_map_beta.py"), "--quick", timeout=120
@@ -77,6 +81,7 @@ def test_shard_map_with_a_learnable_beta():
     assert float(betas.split(" -> ")[1]) != 1.0  # beta learned
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize(
     "name", sorted(p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_"))
 )
@@ -94,6 +99,7 @@ def test_every_examples_help_says_how_to_run_it_on_more_devices(name):
     assert "More devices" in " ".join(out.split())
 
 
+@pytest.mark.multidevice
 def test_a_sharded_example_run_bare_asks_for_host_devices_and_says_so(monkeypatch):
     # Run bare on a CPU it printed "1 devices": it now asks XLA for 8 before
     # JAX starts (a count in XLA_FLAGS wins) and says so.
@@ -116,6 +122,7 @@ def test_a_sharded_example_run_bare_asks_for_host_devices_and_says_so(monkeypatc
     assert "asked XLA for 8" in out and "8 devices" in out
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize(
     "name, missing",
     [("train_mlp", "optax"), ("train_mlp", "flax"), ("per_example_grads", "optax")],

@@ -14,6 +14,8 @@ import pytest
 
 from jax_softplus import softplus_backward
 
+pytestmark = pytest.mark.exhaustive
+
 # The README's float32 bounds (tests/test_figures.py checks the README
 # against the full run's table).
 BOUNDS = {"softplus_backward": 2.5, "softplus": 2.5}

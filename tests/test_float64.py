@@ -131,6 +131,7 @@ def test_the_deep_tail_and_the_extremes_of_diff_dst(x64):
     assert _ulps(np.asarray(got)[normal], np.array(exact)[normal]).max() <= BOUND
 
 
+@pytest.mark.slow
 def test_special_values(x64):
     inf, nan = np.inf, np.nan
     src = jnp.array([inf, -inf, nan, 0.0, -0.0, 1.0, -inf, 3.0])
@@ -166,6 +167,7 @@ def test_a_reduction_keeps_the_backward_kernel_in_one_loop(x64):
     assert temps <= x.nbytes + reduction
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "pqr, dd",
     [
@@ -193,6 +195,7 @@ def test_second_derivatives_just_below_a_power_of_two(x64, pqr, dd):
     assert _ulps(got["grad"], [exact])[0] <= 0.1
 
 
+@pytest.mark.slow
 def test_second_derivatives_hold_their_level_below_powers_of_two(x64):
     # The search that broke the bound, small: diff_dst chosen to put each
     # result just below a power of two (maintainers/derivative_search.py

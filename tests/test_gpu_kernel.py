@@ -121,6 +121,7 @@ def _division_off_by_2_ulp(a, b):
     return jnp.where(jnp.isfinite(q) & (jnp.abs(q) > 1e-37), off, q)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("platform", "dtype"),
     (("gpu", jnp.float32), (None, jnp.float32), (None, jnp.bfloat16)),
@@ -187,6 +188,7 @@ def test_the_forward_division_2_ulp_off_changes_no_bit(monkeypatch, beta):
     assert np.any(np.asarray(device(x, jnp.float32(beta))) != np.asarray(ieee))
 
 
+@pytest.mark.slow
 def test_the_corrected_division_near_midpoints():
     # The quotients nearest a float32 rounding midpoint out of 2**22 random
     # ones (within 2**-9 ulp of it, the nearest 2**-21), the hardest for
@@ -210,6 +212,7 @@ def test_the_corrected_division_near_midpoints():
     np.testing.assert_array_equal(got, ieee)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform", ("gpu", None), ids=("gpu", "tpu"))
 def test_special_values_with_a_division_2_ulp_off(monkeypatch, platform):
     # NaN, infinities, signed zeros, the largest values and a traced beta of

@@ -23,8 +23,8 @@ import jax.test_util
 import mpmath
 import numpy as np
 import pytest
-from helpers import seed_of
-from hypothesis import HealthCheck, given, settings
+from helpers import examples, seed_of
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jax_softplus import softplus, softplus_backward
@@ -33,12 +33,9 @@ from jax_softplus.testing import lowered_as
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as derivatives
 
-SETTINGS = settings(
-    max_examples=2,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+# Each example costs mpmath references over routes and platforms: 2 here,
+# 6 in CI's profile (tests/conftest.py).
+SETTINGS = settings(max_examples=examples(2))
 # Orders 1 and 2, in ulps, held to the level each evaluation reaches (the
 # docs' bounds are looser: docs/accuracy.md). float32 derivatives are
 # evaluated in float64 on CPUs and GPUs and rounded once (half an ulp, up
@@ -173,6 +170,7 @@ _FIRST = tuple(n for n, (_, pqr) in FIRST_AND_SECOND.items() if sum(pqr) == 1)
 
 # jax.hessian is jacfwd(jacrev): one route for both. float64 by the three
 # that differ most (reverse, forward, forward over reverse in jax.hessian).
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "route, dtype",
     [(r, np.float32) for r in ("grad", "jvp", "jvp_of_grad", "grad_of_jvp", "hessian")]
@@ -198,6 +196,7 @@ def other_platform(request):
         yield request.param
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ("grad", "hessian"))
 @SETTINGS
 @given(drawn=_DRAWN)
@@ -212,12 +211,13 @@ def test_the_other_platforms_float32_evaluation_within_its_bounds(
         assert _worst(err) <= bound, f"{_worst(err)} ulps: {where}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "route, dtype",
     [("grad", np.float32), ("jvp", np.float64), ("jvp_of_grad", np.float32)],
     ids=("grad-float32", "jvp-float64", "jvp_of_grad-float32"),
 )
-@settings(SETTINGS, max_examples=3)
+@settings(SETTINGS, max_examples=examples(3))
 @given(drawn=_DRAWN)
 def test_third_and_fourth_order_within_1e_5(x64, route, dtype, drawn):
     names = _available(route, tuple(THIRD_AND_FOURTH))
@@ -282,6 +282,7 @@ def test_reverse_over_reverse_in_beta_far_in_the_tail():
     assert max(_ulps(g, e) for g, e in zip(np.asarray(dx), exact, strict=True)) <= 4
 
 
+@pytest.mark.slow
 def test_hessian_in_a_small_beta_at_large_x():
     h = jax.jit(jax.hessian(softplus, (0, 1)))(F32(1000), F32(1e-3))
     assert _ulps(h[1][1], _mp(_mp_d2, 1000, F32(1e-3))) <= 4
@@ -333,6 +334,7 @@ def test_float64_backward_beta_derivative(x64, beta, t):
     assert _ulps(got, exact, np.float64) <= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", [1e-4, 1e4])
 def test_check_grads_to_order_4_at_extreme_betas(x64, beta):
     # beta0 f(u / beta0, beta0 v) = log1p(e^(u v)) / v: the library's x and

@@ -67,7 +67,7 @@ def _check(got, reference, dtype=F32):
     return int(normal.sum())
 
 
-@pytest.fixture(params=["one pass", "two passes"])
+@pytest.fixture(params=["one pass", pytest.param("two passes", marks=pytest.mark.slow)])
 def passes(request, monkeypatch):
     """The lowering's evaluation at HIGHEST: in one pass, or in the two that
     it takes for large arrays (`_highest._TWO_PASSES`), here for every
@@ -88,6 +88,7 @@ def test_float32_is_correctly_rounded(beta):
     assert _check(softplus(src, beta, accuracy=HIGHEST), want["forward"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", [1.7, -0.37])
 def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta, passes):
     # Built from continued fractions: results within 2**-46 of a midpoint,
@@ -128,6 +129,7 @@ def _in_doubt(values, op, dtype=F32, margin=1):
         )
 
 
+@pytest.mark.slow
 def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
     n, beta = 1000, 1.7
     assert _highest._block_size(n) == 32
@@ -203,6 +205,7 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
     np.testing.assert_array_equal(_bits(got[easy]), np.full(easy.size, _bits(one)))
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "f16"])
 @pytest.mark.parametrize("beta", [1.0, -7.3])
 def test_every_half_bit_pattern_is_correctly_rounded(dtype, beta):
@@ -251,6 +254,7 @@ def test_the_float64_step_is_within_its_error_bound():
     assert worst["forward"] <= 2.0**-50.6, np.log2(worst["forward"])
 
 
+@pytest.mark.slow
 def test_the_double_double_step_reaches_its_precision():
     # Step 3 decides roundings that float64 cannot, so its exp and log1p
     # are held to what they reach (2**-105.4 and 2**-98.3 here) over the
@@ -288,6 +292,7 @@ def test_the_issues_point():
     assert float(got) == 8192.0
 
 
+@pytest.mark.slow
 def test_every_route_gives_the_same_bits(passes):
     src, dd = _sample(4096, 1.7, seed_of("routes"))
     beta = F32(1.7)
@@ -352,6 +357,7 @@ def test_empty_arrays_at_highest(shape):
         assert out.shape == shape and out.dtype == jnp.bfloat16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "shape", [(1 << 16,), (256, 256), (16, 64, 64), (3, 1 << 16), (1 << 14, 3)], ids=str
 )
@@ -389,6 +395,7 @@ def _size(dims):
     return math.prod(int(d) for d in dims.split(","))
 
 
+@pytest.mark.slow
 def test_bfloat16_operands_are_not_copied_for_the_loop():
     # XLA:CPU slices a bfloat16 array through a float32 copy of all of it,
     # hoisted out of the loop: src's and diff_dst's copies were 8 bytes per
@@ -420,6 +427,7 @@ def wide_doubt(monkeypatch):
     jax.clear_caches()
 
 
+@pytest.mark.slow
 def test_bfloat16_elements_in_doubt_are_resolved(wide_doubt, passes):
     # The loop's bfloat16 reads (src, diff_dst, and in place the result)
     # go through a conditional: every element it takes still gets the
@@ -454,6 +462,7 @@ def test_bfloat16_elements_in_doubt_are_resolved(wide_doubt, passes):
     _check(softplus(src, beta, accuracy=HIGHEST), want["forward"], jnp.bfloat16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [F32, np.float16, jnp.bfloat16], ids=dtype_id)
 def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
     # Donated, the one-pass evaluation made XLA write the result into a
@@ -487,6 +496,7 @@ def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
         assert stats.temp_size_in_bytes <= n // 8 + n // 200 + 8192, shape
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [F32, np.float16, jnp.bfloat16], ids=dtype_id)
 def test_large_arrays_are_written_over_a_donated_operand_in_your_jit(dtype):
     # From `_TWO_PASSES`'s sizes on the lowering takes two passes, so that
@@ -518,6 +528,7 @@ def test_large_arrays_are_written_over_a_donated_operand_in_your_jit(dtype):
             assert stats.temp_size_in_bytes <= bound, where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(), (1,), (31,), (33,), (2, 3, 5)], ids=str)
 def test_the_in_place_op_at_highest_takes_any_shape(shape):
     # The bitmap's words: none whole (fewer than 32 elements), one and a
@@ -598,6 +609,7 @@ def test_an_unknown_accuracy_is_a_type_error_naming_the_argument(bad):
         softplus_backward_p.bind(x, x, F32(1), accuracy="high")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [F32, jnp.bfloat16, np.float16], ids=dtype_id)
 def test_special_values_are_the_defaults(dtype, passes):
     # One rule for every accuracy (docs/tables/specials.md): the sign of a
@@ -653,6 +665,7 @@ def test_specials_at_highest(passes):
     assert jax.jit(lambda x, b: softplus(x, b, accuracy=HIGHEST))(F32(1), F32(0)) == inf
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [F32, jnp.bfloat16, np.float16], ids=dtype_id)
 def test_softplus_near_a_midpoint_takes_the_double_double_step(dtype, passes):
     # The forward op's twin of the backward test above: random inputs reach
@@ -693,6 +706,7 @@ def test_softplus_near_a_midpoint_takes_the_double_double_step(dtype, passes):
         assert gap.max() < 2.0**-30
 
 
+@pytest.mark.slow
 def test_half_types_need_not_be_known_to_numpy_finfo(monkeypatch):
     # NumPy's finfo knows ml_dtypes' bfloat16 only with some ml_dtypes
     # (0.6.0 beside NumPy 2.5.2 raised "not compatible with finfo", which

@@ -30,6 +30,10 @@ from jax_softplus import (
 )
 from jax_softplus.testing import lowered_as
 
+# Each TPU program at HIGHEST takes seconds to compile (no float64: word
+# arithmetic): the slow tier.
+pytestmark = pytest.mark.slow
+
 HIGHEST = jax.lax.AccuracyMode.HIGHEST
 F32 = np.float32
 DTYPES = (F32, jnp.bfloat16, np.float16)
@@ -110,6 +114,7 @@ def _normal(want, dtype):
     return exact_is_normal(w, w, float(info.tiny), float(info.max))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_tpu_bits_are_the_float64_evaluations(results, dtype):
     (src, dd, beta, _), tpu, cpu = results[dtype_id(dtype)]
@@ -146,6 +151,7 @@ def test_near_midpoints_take_the_expansion_step(results, dtype):
         assert np.asarray(doubt).any() and closest < -40
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["backward", "forward"])
 def test_the_double_word_step_is_within_its_error_bound(op):
     # Against the float64 evaluation (within 2**-50): the bound the
@@ -180,6 +186,7 @@ def test_the_double_word_step_is_within_its_error_bound(op):
     assert worst < 2.0**-43, np.log2(worst)
 
 
+@pytest.mark.slow
 def test_the_expansions_reach_their_precision():
     # exp over the evaluation's range, quotients and products of five-word
     # values: 2**-118 at worst in this sample (the double words' doubt is
@@ -234,6 +241,7 @@ def test_a_midpoint_is_decided_through_cancellation():
     assert float(got[0]) == float(np.nextafter(F32(1.5161566), F32(0)))
 
 
+@pytest.mark.slow
 def test_tpus_lower_highest_with_no_float64():
     specs = [jax.ShapeDtypeStruct((8,), d) for d in DTYPES]
 
@@ -249,6 +257,7 @@ def test_tpus_lower_highest_with_no_float64():
         assert "f64" in cuda
 
 
+@pytest.mark.slow
 def test_shapes_and_the_in_place_call():
     # A shape that is no multiple of anything, an empty array, and the
     # in-place op (several batches of the expansion step: the near-midpoint

@@ -61,6 +61,7 @@ def test_bfloat16_nan_select_is_kept_off_the_cpu():
         assert (canonical in text.mlir_module()) == selects, platform
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ("f32", "bf16"))
 def test_the_cpu_order_of_the_final_scaling_gives_the_same_bits(kernel):
     # CPUs flush subnormal results, so the lowering scales diff_dst before the
@@ -138,6 +139,7 @@ _POLY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(_POLY))
 def test_export_with_symbolic_shapes(name):
     fn, layout = _POLY[name]
@@ -157,6 +159,7 @@ def test_export_with_symbolic_shapes(name):
             np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.slow
 def test_exported_artifact_runs_without_the_package(tmp_path):
     blob = tmp_path / "softplus.bin"
     blob.write_bytes(_exported().serialize())
@@ -269,6 +272,7 @@ def test_fma_detection_agrees_with_the_kernels_cpu_flags():
 _FLOAT16_PENALTY = ("float16", "gradient penalty (d/dbeta of |grad_x|^2)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16, jnp.float16))
 def test_every_derivative_route_has_at_most_the_formulas_temporaries(dtype):
     from jax_softplus.tools import bench

@@ -32,6 +32,7 @@ def _exact(fun, pqr, x, beta, dd=1.0):
     return float(value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform", ("cpu", "cuda", "tpu"))
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_a_learnable_beta_beside_a_masked_element(x64, dtype, platform):
@@ -79,6 +80,7 @@ def test_a_learnable_beta_beside_a_masked_element(x64, dtype, platform):
         np.testing.assert_array_equal(per_element, 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform", ("cpu", "cuda", "tpu"))
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.float64), ids=dtype_id)
 def test_every_derivative_at_a_masked_element_is_exact(x64, dtype, platform):

@@ -76,6 +76,7 @@ def _rss():
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.slow
 def test_ten_thousand_small_calls_keep_memory_and_caches_flat():
     src = jnp.linspace(-4.0, 4.0, 64)
     jitted = jax.jit(softplus_backward)

@@ -22,6 +22,7 @@ def example():
     return module
 
 
+@pytest.mark.multidevice
 def test_two_processes_match_one_bit_for_bit(example):
     two = example.launch(2, devices=2, timeout=120)
     one = example.launch(1, devices=4, timeout=120)

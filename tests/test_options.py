@@ -14,11 +14,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# Each script in a subprocess of its own: the tools tier.
+pytestmark = pytest.mark.tools
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,10 +65,16 @@ SCRIPTS = {
                 "-1",
             ],
             ["--coordinator", "127.0.0.1:1"],
+            # Not host:port, port 0 (no process can listen there for the
+            # others), a port past 65535.
+            *(
+                ["--coordinator", c, "--num-processes", "2", "--process-id", "0"]
+                for c in ("junk", "localhost:0", "localhost:99999", ":1234")
+            ),
         ],
     ),
     "examples/train_mlp.py": (
-        {"--epochs": COUNTS, "--beta": ("0", "nan", "inf", "x")},
+        {"--epochs": COUNTS, "--beta": ("0", "nan", "inf", "x", "1e39", "1e-40")},
         [],
     ),
     "examples/quickstart.py": ({}, [["--bogus"]]),
@@ -82,11 +92,12 @@ SCRIPTS = {
             "--float64": SIZES[1:],
             "--highest": SIZES[1:],
             "--json": OUT_FILES,
-            "--plot": OUT_FILES,
+            "--plot": OUT_FILES + ("x.txt", "x"),
             "--markdown": OUT_FILES,
             "--tables": OUT_DIRS,
         },
-        [],
+        # Nothing to measure.
+        [["--sizes", "none"]],
     ),
     "jax_softplus.tools.accuracy": (
         {
@@ -97,7 +108,7 @@ SCRIPTS = {
             "--betas": LISTS + ("0", "nan"),
             "--platforms": LISTS,
             "--json": OUT_FILES,
-            "--plot": OUT_FILES,
+            "--plot": OUT_FILES + ("x.txt", "x"),
             "--markdown": OUT_FILES,
             "--tables": OUT_DIRS,
         },
@@ -163,6 +174,7 @@ SCRIPTS = {
             [],
             ["--tables", "/tmp"],
             ["--tables", "/tmp", "--"],
+            ["--tables", "/tmp", "--", "no_such_command"],
             *(["--tables", d, "--", "true"] for d in OUT_DIRS),
         ],
     ),
@@ -179,6 +191,7 @@ SCRIPTS = {
         },
         [
             ["--render", "docs/tables/bench.json"],  # no gpu.txt beside it
+            ["--render", f"{GPU_RUN}/gpu_bench.json"],  # nowhere to write
             ["--render", f"{GPU_RUN}/gpu_bench.json", "--tables", "README.md"],
         ],
     ),
@@ -289,3 +302,31 @@ def test_each_help_description_is_whole(script):
     assert not text.startswith(("options:", "positional arguments:")), text
     # A whole sentence or more: it ends as one does, not mid-phrase.
     assert text.endswith((".", ".)", ".`", ":")), text
+
+
+def _shell(*argv, env=None):
+    return subprocess.run(
+        ["bash", "benchmarks/gpu.sh", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=dict(os.environ, **(env or {})),
+    )
+
+
+def test_the_gpu_script_answers_help_and_refuses_bad_arguments_in_one_line():
+    out = _shell("--help")
+    assert out.returncode == 0 and out.stdout.startswith(
+        "usage: bash benchmarks/gpu.sh"
+    )
+    for argv in (["--bogus"], ["a", "b"]):
+        out = _shell(*argv)
+        assert out.returncode == 2, argv
+        last = out.stderr.strip().splitlines()[-1]
+        assert last.startswith("gpu.sh: error: "), out.stderr
+    if shutil.which("nvidia-smi") is None:
+        # No GPU: a one-line error, not the suite started on the CPU.
+        out = _shell(str(ROOT / ".no-such-out"))
+        assert out.returncode == 2 and "no GPU here" in out.stderr
+        assert not (ROOT / ".no-such-out").exists()

@@ -65,10 +65,12 @@ def _backward_of(dd=0.75, beta=1.0):
 
 
 # upstream: testSoftplusGrad -> check_grads(nn.softplus, (1e-8,), order=4)
+@pytest.mark.slow
 def test_softplus_grad(nn, x64_mode):
     check_grads(nn.softplus, (1e-8,), order=4, modes=MODES)
 
 
+@pytest.mark.slow
 def test_softplus_backward_grad(x64_mode):
     check_grads(_backward_of(), (1e-8,), order=3, modes=["fwd", "rev"])
     # In every operand, beta included.

@@ -121,6 +121,7 @@ def test_lowered_as_changes_what_the_cpu_lowers_and_restores_it():
     assert text() == here
 
 
+@pytest.mark.slow
 def test_lowered_as_leaves_other_platforms_lowerings_unchanged():
     # Each context changes what the CPU lowers, never what an export for
     # another platform gets: the derivative families and HIGHEST keep
@@ -233,6 +234,7 @@ def test_gpus_can_take_the_float32_evaluation_where_float64_is_slow(monkeypatch)
         jax.clear_caches()
 
 
+@pytest.mark.exhaustive
 def test_the_derivative_search_holds_each_platforms_level():
     # maintainers/derivative_search.py at a few random betas: the TPU
     # evaluation within the level tests/test_higher_order.py holds it to.

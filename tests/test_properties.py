@@ -13,19 +13,15 @@ from helpers import (
     softplus_ref,
     ulp_error,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 
-# derandomize: every run draws the same examples, so a failure replays.
-SETTINGS = settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+# The profile's examples (few by default, more in CI: tests/conftest.py),
+# derandomized, so a failure replays.
+SETTINGS = settings()
 
 F32_MAX = float(np.finfo(np.float32).max)
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 88.7, -88.7]
@@ -100,6 +96,7 @@ def _assert_close_to_reference(got, ref, dtype):
     np.testing.assert_array_less(np.abs(g[low] - ref[low]), tiny)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(backward_case())
 def test_backward_matches_reference_where_it_is_defined(case):
@@ -133,6 +130,7 @@ def test_backward_deep_tail_with_huge_diff_dst(case):
     _assert_close_to_reference(got, ref, src.dtype)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(backward_case())
 def test_eager_jit_vmap_inplace_are_bitwise_identical(case):
@@ -153,6 +151,7 @@ def forward_case(draw):
     return _array(draw, shape, dtype, values), beta
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(forward_case())
 def test_forward_matches_reference_where_it_is_defined(case):
@@ -203,6 +202,7 @@ def test_sigmoid_symmetry_identity(case):
 SWEEP_BETAS = (1.0, 1.7, -0.37, 40.0, 0.0, 1e-20, 1e20, 2.0**-100, 3e38, -1e-35)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_random_bit_patterns_against_reference(dtype):
     # Every float32 bit pattern is equally likely (NaNs, infinities,

@@ -69,6 +69,7 @@ def test_the_clock_is_measured():
     assert 0.3e9 < hz < 8e9
 
 
+@pytest.mark.tools
 @x86
 def test_cli_prints_the_table(capsys, monkeypatch):
     fast = functools.partial(roofline.seconds_per_call, budget=0.01, rounds=1)

@@ -11,12 +11,15 @@ import jax
 import pytest
 from helpers import run_on_eight_devices
 
+pytestmark = pytest.mark.multidevice
+
 SCRIPT = Path(__file__).parent / "scripts" / "sharded_checks.py"
 
 
 @pytest.fixture(scope="module")
 def facts():
-    stdout = run_on_eight_devices(str(SCRIPT), timeout=300)
+    # About 4 minutes on a loaded 2-core machine: room to spare.
+    stdout = run_on_eight_devices(str(SCRIPT), timeout=900)
     return json.loads(stdout.strip().splitlines()[-1])
 
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "docs" / "tables" / "specials.md"
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("dtype", (np.float32, np.float64), ids=("float32", "float64"))
 @pytest.mark.parametrize("table", specials.TABLES, ids=lambda t: t[0])
 def test_every_cell_holds(table, dtype):
@@ -42,6 +43,7 @@ def test_the_docs_table_is_the_checked_one():
 # The cases the issue reported, one by one ------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src", (-np.inf, np.inf))
 def test_beta_derivatives_at_an_infinite_src_are_zero(x64, src):
     # They were NaN: frexp(inf) = (inf, 0) multiplied the zeroed slope.
@@ -54,6 +56,7 @@ def test_beta_derivatives_at_an_infinite_src_are_zero(x64, src):
         assert jax.grad(jax.grad(f, 2), 2)(*args) == 0
 
 
+@pytest.mark.slow
 def test_a_masked_element_leaves_a_summed_beta_gradient_exact(x64):
     # softplus(-inf, b) = 0 for every b: one masked activation made the
     # learnable beta's gradient NaN (D_1 computed inf * 0).

@@ -3,12 +3,14 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 
 X = jnp.linspace(-6.0, 6.0, 64)
 
 
+@pytest.mark.slow
 def test_checkpoint_gives_the_same_gradients():
     def f(x):
         return jnp.sum(softplus(jnp.sin(x) * 3.0, 1.7) ** 2)
@@ -47,6 +49,7 @@ def test_nested_jit_and_eval_shape():
     assert shape.shape == X.shape and shape.dtype == X.dtype
 
 
+@pytest.mark.slow
 def test_disable_jit_runs_every_entry_point():
     # Under jax.disable_jit() the primitive's impl still compiles, as JAX's
     # own apply_primitive does: its jit would otherwise run bind op by op,
@@ -69,6 +72,7 @@ def test_disable_jit_runs_every_entry_point():
     np.testing.assert_allclose(fwd, softplus(X, 1.7), rtol=3e-7)
 
 
+@pytest.mark.slow
 def test_arrays_closed_over_by_a_traced_function():
     # Concrete arrays that a jitted (or scanned, or checkified) function
     # closes over are not tracers, but the call belongs to that trace: it

@@ -81,6 +81,7 @@ def test_vmap_under_jit_and_of_jit():
     np.testing.assert_array_equal(g(SRC, DD, BETA), f(SRC, DD, BETA))
 
 
+@pytest.mark.slow
 def test_vmap_of_grad_with_per_example_beta():
     def loss(x, beta):
         return softplus(x, beta).sum()

@@ -116,6 +116,35 @@ def output_file(text):
     return text
 
 
+def given_options(parser, argv, dests):
+    """Which of `dests` the command line sets, however spelled (`--rep` for
+    `--repeats`, `--sizes=1K`): argparse fills only the attributes a
+    namespace lacks, so a namespace holding a marker keeps it for the
+    others."""
+    unset = object()
+    probe = argparse.Namespace(**dict.fromkeys(dests, unset))
+    parser.parse_args(argv, namespace=probe)
+    return {d for d in dests if getattr(probe, d) is not unset}
+
+
+# What matplotlib's savefig writes without extra packages.
+PLOT_FORMATS = ("png", "pdf", "svg", "eps", "ps", "jpg", "jpeg", "webp")
+
+
+def plot_file(text):
+    """An argparse type: `output_file` whose extension names a format
+    matplotlib writes (checked before the run, not by savefig after it)."""
+    path = output_file(text)
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in PLOT_FORMATS:
+        shown = f"'.{ext}'" if ext else "no extension"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has {shown}; give a plot file ending in "
+            + ", ".join(f".{f}" for f in PLOT_FORMATS)
+        )
+    return path
+
+
 def output_dir(text):
     """An argparse type: a folder the tool can write its tables into (made
     now), checked before any work."""

@@ -39,6 +39,7 @@ from jax_softplus.tools import _search
 from jax_softplus.tools._common import (
     DTYPES,
     comma_list,
+    given_options,
     machine,
     machine_line,
     naive_backward,
@@ -46,6 +47,7 @@ from jax_softplus.tools._common import (
     output_file,
     parse_beta,
     parse_dtype,
+    plot_file,
     positive_int,
     print_rows,
     require,
@@ -1111,7 +1113,7 @@ def main(argv=None):
     )
     p.add_argument("--no-mpmath", action="store_true", help="skip the mpmath check")
     p.add_argument(
-        "--plot", type=output_file, metavar="PNG", help="write the ulp-vs-t plot"
+        "--plot", type=plot_file, metavar="PNG", help="write the ulp-vs-t plot"
     )
     p.add_argument(
         "--json", type=output_file, metavar="PATH", help="write the figures as JSON"
@@ -1133,10 +1135,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
     if args.quick:
-        given = {a.split("=")[0] for a in argv}
+        given = given_options(p, argv, QUICK)
         for k, v in QUICK.items():
-            flag = f"--{k}" if len(k) > 1 else f"-{k}"
-            if flag not in given:
+            if k not in given:
                 setattr(args, k, type(getattr(args, k))(v))
     dtypes = comma_list(p, "--dtypes", args.dtypes, parse_dtype)
     given = getattr(args, "betas", None)

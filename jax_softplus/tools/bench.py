@@ -50,6 +50,7 @@ from jax_softplus.tools._common import (
     DTYPES,
     comma_list,
     cpu_count,
+    given_options,
     machine,
     machine_line,
     naive_backward,
@@ -57,6 +58,7 @@ from jax_softplus.tools._common import (
     output_file,
     parse_beta,
     parse_dtype,
+    plot_file,
     positive_int,
     print_rows,
     require,
@@ -1122,7 +1124,7 @@ def main(argv=None):
         "--json", type=output_file, metavar="PATH", help="write the figures as JSON"
     )
     p.add_argument(
-        "--plot", type=output_file, metavar="PNG", help="write a plot of the ratios"
+        "--plot", type=plot_file, metavar="PNG", help="write a plot of the ratios"
     )
     p.add_argument(
         "--markdown",
@@ -1139,11 +1141,11 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = p.parse_args(argv)
     if args.quick:
-        given = {a.split("=")[0] for a in argv}
-        quick = {"--sizes": "1M", "--dtypes": "f32", "--repeats": 3}
-        for flag, value in quick.items():
-            if flag not in given:
-                setattr(args, flag[2:], value)
+        quick = {"sizes": "1M", "dtypes": "f32", "repeats": 3}
+        given = given_options(p, argv, quick)
+        for dest, value in quick.items():
+            if dest not in given:
+                setattr(args, dest, value)
         args.user_jit = args.no_torch = True
 
     # --sizes none: only the sections asked for.
