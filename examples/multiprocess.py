@@ -38,6 +38,24 @@ SIZES = (16, 32, 4)
 GLOBAL_BATCH = 64
 
 
+def coordinator_address(text: str) -> str:
+    """An argparse type: HOST:PORT with a port a coordinator can listen on."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    if not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"port {port} of {text!r} is not one a coordinator can listen on "
+            "(1 to 65535)"
+        )
+    return text
+
+
+# Set by `launch` for its processes: process 0 then prints its result as
+# JSON for the launcher, not the summary a person reads.
+_JSON = "JAX_SOFTPLUS_MULTIPROCESS_JSON"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -48,7 +66,7 @@ def launch(processes: int, devices: int, timeout: float = 120.0) -> dict:
     """Start `processes` copies of this script on localhost; process 0's
     result. Each gets `devices` CPU devices and a shared free port."""
     port = _free_port()
-    env = dict(os.environ)
+    env = dict(os.environ, **{_JSON: "1"})
     env["XLA_FLAGS"] = (
         env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}"
     ).strip()
@@ -184,6 +202,7 @@ def main(argv=None):
     p.add_argument(
         "--coordinator",
         metavar="HOST:PORT",
+        type=coordinator_address,
         help="the coordinator's address, for processes you start yourself",
     )
     p.add_argument(
@@ -228,7 +247,14 @@ def main(argv=None):
         return result
     result = run(args.coordinator, args.num_processes, args.process_id)
     if result and args.process_id == 0:
-        print(json.dumps(result))
+        if os.environ.get(_JSON):
+            print(json.dumps(result))
+        else:
+            losses = ", ".join(f"{v:.4f}" for v in result["losses"])
+            print(
+                f"process 0 of {result['processes']}, {result['devices']} devices "
+                f"in all; loss per step: {losses}"
+            )
     return result
 
 

@@ -121,6 +121,13 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.epochs is not None and args.epochs < 1:
         parser.error(f"--epochs must be at least 1, got {args.epochs}")
-    if not (0 < abs(args.beta) < float("inf")):
-        parser.error(f"--beta must be a finite nonzero number, got {args.beta}")
+    # float32's range: softplus refuses a beta that overflows it or that is
+    # below its smallest normal (1.2e-38), which the CPU flushes to 0.
+    with np.errstate(over="ignore"):
+        rounded = abs(float(np.float32(args.beta)))
+    if not (np.finfo(np.float32).tiny <= rounded < float("inf")):
+        parser.error(
+            "--beta must be a nonzero float32 number, 1.2e-38 <= |beta| <= "
+            f"3.4e38, got {args.beta}"
+        )
     main(args.quick, args.epochs, args.beta)

@@ -73,8 +73,9 @@ def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
         if not _compat.is_tracer(value) and value.is_deleted():
             raise ValueError(
                 f"{name} is a deleted array: its buffer was donated to an "
-                "earlier call (softplus_backward_inplace donates diff_dst). "
-                "Pass a live array."
+                "earlier call (a jax.jit with donate_argnums, or "
+                "softplus_backward_inplace, which donates diff_dst). Pass a "
+                "live array."
             )
         dtype = value.dtype
     elif isinstance(value, (np.ndarray, np.generic)):

@@ -250,20 +250,25 @@ def _first_failure(output: str) -> str:
     return m.group(1) if m else "(no test named: see the log)"
 
 
-def _suite(copy: Path, hint=(), timeout=None):
+# The tests each mutant runs against: the default tier (`pytest`'s own
+# selection, pyproject.toml), or every tier but bigmem.
+TIERS = {"default": [], "full": ["-m", "not bigmem"]}
+
+
+def _suite(copy: Path, hint=(), timeout=None, tier="full"):
     """(return code, output) of the suite on the copy, `hint` files first."""
     tests = sorted(str(p.relative_to(copy)) for p in (copy / "tests").glob("test_*.py"))
     order = list(hint) + [t for t in tests if t not in hint]
     env = dict(os.environ, PYTHONPATH=f"{copy}{os.pathsep}{copy / 'maintainers'}")
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-         "-m", "not bigmem", "--no-header", "-rfE", *order],
+         *TIERS[tier], "--no-header", "-rfE", *order],
         cwd=copy, env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     return out.returncode, out.stdout + out.stderr
 
 
-def run_one(mutant: Mutant, copy: Path, timeout: float) -> dict:
+def run_one(mutant: Mutant, copy: Path, timeout: float, tier="full") -> dict:
     """Apply one mutant to the copy, run the suite, put the text back."""
     target = copy / mutant.path
     original = target.read_text()
@@ -275,7 +280,7 @@ def run_one(mutant: Mutant, copy: Path, timeout: float) -> dict:
     target.write_text(original.replace(mutant.old, mutant.new))
     started = time.perf_counter()
     try:
-        code, output = _suite(copy, mutant.hint, timeout)
+        code, output = _suite(copy, mutant.hint, timeout, tier)
         killed = code != 0
         by = _first_failure(output) if killed else ""
         if code not in (0, 1):
@@ -293,13 +298,18 @@ def run_one(mutant: Mutant, copy: Path, timeout: float) -> dict:
     }
 
 
-def markdown(results, seconds, machine_text) -> str:
+def markdown(results, seconds, machine_text, tier="full") -> str:
     killed = sum(r["killed"] for r in results)
+    flag = "" if tier == "full" else f" --tier {tier}"
+    suite = {
+        "full": "every tier but bigmem (`pytest -x -m 'not bigmem'`",
+        "default": "the default tier (`pytest -x`",
+    }[tier]
     out = [
         f"Measured on {machine_text}; written by `python maintainers/mutants.py "
-        f"--tables docs/tables` in {seconds / 60:.0f} minutes. Each mutant is one "
-        "change to the package, run against the test suite (`pytest -x`, the "
-        "most likely files first).\n",
+        f"--tables docs/tables{flag}` in {seconds / 60:.0f} minutes. Each mutant "
+        f"is one change to the package, run against {suite}, the most likely "
+        "files first).\n",
         f"**{killed} of {len(results)} mutants killed.**\n",
         "| mutant | kind | killed by | seconds |",
         "|---|---|---|---:|",
@@ -321,6 +331,13 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutant")
     p.add_argument(
         "--tables", type=output_dir, metavar="DIR", help="write mutants.md there"
+    )
+    p.add_argument(
+        "--tier",
+        choices=sorted(TIERS),
+        default="full",
+        help="the tests each mutant runs against (default: full, every tier "
+        "but bigmem; mutants.md, or mutants-default.md for the default tier)",
     )
     p.add_argument("--list", action="store_true", help="list the mutants and stop")
     p.add_argument(
@@ -345,12 +362,12 @@ def main(argv=None):
         _copy(copy)
         if not args.no_baseline:
             # A suite that fails unmutated would kill every mutant.
-            code, output = _suite(copy)
+            code, output = _suite(copy, tier=args.tier)
             if code != 0:
                 sys.exit(f"the suite fails without a mutant:\n{output[-3000:]}")
             print(f"the suite passes unmutated ({time.perf_counter() - started:.0f} s)")
         for k, mutant in enumerate(chosen, 1):
-            r = run_one(mutant, copy, args.timeout)
+            r = run_one(mutant, copy, args.timeout, args.tier)
             results.append(r)
             verdict = f"killed by {r['by']}" if r["killed"] else f"SURVIVED {r['by']}"
             took = f"{r['seconds']:.0f} s"
@@ -360,8 +377,9 @@ def main(argv=None):
     print(f"\nscore: {killed} of {len(results)} killed, in {seconds / 60:.1f} min")
     if args.tables:
         os.makedirs(args.tables, exist_ok=True)
-        with open(os.path.join(args.tables, "mutants.md"), "w") as f:
-            f.write(markdown(results, seconds, machine_line()))
+        name = "mutants.md" if args.tier == "full" else f"mutants-{args.tier}.md"
+        with open(os.path.join(args.tables, name), "w") as f:
+            f.write(markdown(results, seconds, machine_line(), args.tier))
     return results
 
 

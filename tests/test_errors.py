@@ -277,3 +277,14 @@ def test_the_backward_op_keeps_onednns_dtypes_and_says_softplus_takes_float8():
     x = jnp.ones(3, jnp.float8_e4m3fn)
     with pytest.raises(TypeError, match="float8 and float4 data: softplus takes"):
         softplus_backward(x, x)
+
+
+def test_an_array_your_own_jit_donated_is_named_with_both_causes():
+    # Deleted by a user's donating jit, not by the library: the message
+    # does not blame softplus_backward_inplace alone.
+    a = jnp.linspace(-1.0, 1.0, 8)
+    jax.jit(lambda v: v * 2, donate_argnums=0)(a)
+    assert a.is_deleted()
+    with pytest.raises(ValueError, match="x is a deleted array") as err:
+        softplus(a)
+    assert "donate_argnums" in str(err.value)

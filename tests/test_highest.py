@@ -584,10 +584,25 @@ def test_a_tolerance_picks_the_cheapest_evaluation_that_meets_it():
         (jax.lax.Tolerance(rtol=1e-6), default),
         (jax.lax.Tolerance(rtol=1e-7), highest),
         (jax.lax.Tolerance(atol=1e-3, rtol=1e-7), highest),
+        # A bound met exactly is met: float32's default is proven to 2.5 ulp.
+        (jax.lax.Tolerance(ulps=2.5), default),
+        (jax.lax.Tolerance(ulps=0.5), highest),
     ]
+    assert (_bits(default) != _bits(highest)).any()
     for tolerance, want in pairs:
         got = softplus_backward(src, dd, 1.7, accuracy=tolerance)
         np.testing.assert_array_equal(_bits(got), _bits(want))
+    # The half types' default is proven to 1.5 ulp (its bits are HIGHEST's
+    # on most samples: the programs tell the two apart).
+    for dtype in (jnp.bfloat16, jnp.float16):
+        spec = jax.ShapeDtypeStruct((8,), dtype)
+
+        def program(accuracy):
+            f = functools.partial(softplus_backward, accuracy=accuracy)
+            return jax.jit(f).lower(spec, spec, 1.7).as_text()
+
+        assert program(None) != program(HIGHEST)
+        assert program(jax.lax.Tolerance(ulps=1.5)) == program(None), dtype
     with pytest.raises(ValueError, match="highest \\(0.5 ulp"):
         softplus(src, accuracy=jax.lax.Tolerance(rtol=1e-9))
     with pytest.raises(ValueError, match="atol alone"):

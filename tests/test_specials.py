@@ -81,3 +81,24 @@ def test_a_traced_subnormal_beta_is_a_concrete_one(beta):
         concrete = f(src, dd, beta)
         traced = jax.jit(f)(src, dd, jnp.float32(beta))
         assert concrete == traced == f(src, dd, 0.0), argnum
+
+
+def test_without_mpmath_the_tool_is_a_one_line_usage_error(monkeypatch, capsys):
+    # Every EXACT cell is mpmath's value: refused before any work.
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "mpmath" else find_spec(name, *a),
+    )
+    monkeypatch.setattr(specials, "tables", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(SystemExit) as exit_:
+        specials.main([])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "the specials table needs mpmath, which is not installed: "
+        'pip install -e ".[bench]" from a checkout'
+    )

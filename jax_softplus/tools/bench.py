@@ -1176,6 +1176,12 @@ def main(argv=None):
     total += len(derivative_sizes) * len(dtypes) * len(DERIVATIVE_ROUTES)
     total += len(f64_sizes) * (len(betas) + 1)
     total += len(highest_sizes) * len(dtypes) + bool(highest_sizes)
+    if not total:
+        p.error(
+            "nothing to measure: --sizes none leaves the sections asked for "
+            "(--scaling, --train-step, --eager, --derivatives, --float64, "
+            "--highest), and none was"
+        )
     done = [0]
     started = time.perf_counter()
     tty = sys.stderr.isatty()

@@ -24,6 +24,7 @@ import itertools
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ import numpy as np
 
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as derivatives
-from jax_softplus.tools._common import machine, machine_line, output_dir, x64
+from jax_softplus.tools._common import machine, machine_line, output_dir, require, x64
 
 INF, NAN = math.inf, math.nan
 LN2 = math.log(2.0)
@@ -438,7 +439,14 @@ HEADER = (
 def tables(log=None, dtypes=DTYPES):
     """The checked tables as markdown, and the cells that fail."""
     parts, failures = [], []
-    for fun, title, columns, rows, where in TABLES:
+    started = time.perf_counter()
+    for k, (fun, title, columns, rows, where) in enumerate(TABLES, 1):
+        spent = time.perf_counter() - started
+        print(
+            f"[{k}/{len(TABLES)}, {spent / 60:.1f} min] {fun}: {len(rows)} rows",
+            file=sys.stderr,
+            flush=True,
+        )
         checked = check(fun, columns, rows, log, dtypes)
         parts.append(f"{where}:\n\n" + markdown(title, columns, checked))
         for row, cells in checked:
@@ -466,6 +474,8 @@ def main(argv=None):
         "--tables", type=output_dir, metavar="DIR", help="write specials.md into DIR"
     )
     args = p.parse_args(argv)
+    # Every EXACT cell is mpmath's value: nothing runs without it.
+    require("mpmath", "the specials table", p)
     text, failures = tables()
     where = (
         f"Checked on {machine_line(machine())} by "
