@@ -288,3 +288,45 @@ def test_an_array_your_own_jit_donated_is_named_with_both_causes():
     with pytest.raises(ValueError, match="x is a deleted array") as err:
         softplus(a)
     assert "donate_argnums" in str(err.value)
+
+
+def test_a_device_beta_is_checked_for_the_op_that_asks():
+    # A subnormal beta: softplus_backward takes it as 0, softplus refuses it
+    # for what it is. One array checked by one op is not taken as checked by
+    # the other (which would refuse it as 0.0, not as the subnormal given).
+    x = jnp.linspace(-1.0, 1.0, 4)
+    for first, second in (("backward", "forward"), ("forward", "backward")):
+        beta = jnp.asarray(np.float32(1e-40))  # a new array each time
+        calls = {
+            "backward": lambda b=beta: softplus_backward(x, x, b),
+            "forward": lambda b=beta: softplus(x, b),
+        }
+        for name in (first, second):
+            if name == "forward":
+                with pytest.raises(ValueError, match="below float32's smallest"):
+                    calls[name]()
+            else:
+                np.testing.assert_array_equal(calls[name](), 0.5 * x)
+
+
+def test_eager_calls_follow_an_x64_switch_between_them():
+    # A cached eager path is keyed by the x64 state: the same call before,
+    # inside and after jax.enable_x64 gives the checked path's dtype and bits.
+    x = jnp.linspace(-3.0, 3.0, 8)
+    for beta in (1.7, np.float64(1.7), np.float32(1.7)):
+        outs = []
+        for x64 in (False, True, False, True):
+            with jax.enable_x64(x64):
+                got = softplus(x, beta), softplus_backward(x, x, beta)
+                host = softplus(np.asarray(x), beta)
+                want = (
+                    jax.jit(softplus)(x, beta),
+                    jax.jit(softplus_backward)(x, x, beta),
+                    jax.jit(softplus)(np.asarray(x), beta),
+                )
+                for g, w in zip((*got, host), want, strict=True):
+                    assert g.dtype == w.dtype, (beta, x64)
+                    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+                outs.append([np.asarray(g) for g in got])
+        for a, b in zip(outs[0], outs[2], strict=True):
+            np.testing.assert_array_equal(a, b)
