@@ -200,6 +200,7 @@ def test_exported_artifact_runs_without_the_package(tmp_path):
     "against 20 and 1 (docs/benchmarks.md, GPU)",
     strict=True,
 )
+@pytest.mark.slow
 def test_training_step_fuses_like_jax_nn_softplus():
     # The op's forward and backward join the neighbouring fusions: no extra
     # fusion, copy or custom call compared with the same step on
