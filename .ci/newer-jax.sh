@@ -47,5 +47,7 @@ chroot "$root" /bin/sh -euc "
 chroot "$root" /bin/sh -euc "
     cd /src
     /opt/venv/bin/python -c 'import jax, sys; print(\"jax\", jax.__version__, \"python\", sys.version.split()[0])'
-    HOME=/root /opt/venv/bin/python -m pytest -q -p no:cacheprovider
+    HOME=/root /opt/venv/bin/python -m pytest -q -p no:cacheprovider -n 2
+    HOME=/root /opt/venv/bin/python -m pytest -q -p no:cacheprovider -n 2 \
+        -m 'not bigmem' ${VERSION_SENSITIVE:-tests/test_lowering.py}
 "

@@ -238,7 +238,15 @@ FOLDED = {
 }
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+# NumPy and 0-d array inputs behave as Python scalars and arrays do in
+# every transformation: the slow tier runs their cells.
+_SLOW_KINDS = ("numpy", "0d")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [pytest.param(k, marks=pytest.mark.slow) if k in _SLOW_KINDS else k for k in KINDS],
+)
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
 @pytest.mark.parametrize("op_name", list(OPS))
 def test_matrix(op_name, transform, kind):

@@ -146,6 +146,7 @@ def _ours64():
 LEVEL64 = 0.65
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", BETAS)
 @pytest.mark.parametrize("quantity", list(MP_REFERENCES))
 def test_float64_against_mpmath(x64, quantity, beta):
