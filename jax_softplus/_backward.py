@@ -46,8 +46,8 @@ def softplus_backward(
         `jax.lax.AccuracyMode.DEFAULT`: the default kernel.
         `jax.lax.AccuracyMode.HIGHEST`: the correctly rounded result (round
         to nearest even of the exact value) for float32, bfloat16 and
-        float16 data, evaluated in float64 (not on TPUs: an error at
-        lowering); float64 data take the default kernel (within 1 ulp).
+        float16 data, evaluated in float64 (on TPUs, which have none, in float32
+        double words); float64 data take the default kernel (within 1 ulp).
         A `jax.lax.Tolerance`: the cheapest of the two whose bound meets it.
 
     Returns:

@@ -17,9 +17,6 @@ from jax_softplus._derivatives import is_zero as _is_zero
 from jax_softplus._primitive import batch_operands, bind
 from jax_softplus._validate import Accuracy
 
-# softplus's default beta: its identity tells a call that passed none.
-_DEFAULT_BETA = 1.0
-
 # Inside a trace the kernel is a jit of its own: one named call in the jaxpr.
 _softplus_kernel = jax.jit(_forward.value, static_argnames=("hints", "accuracy"))
 
@@ -227,7 +224,7 @@ MECHANISM = "custom_vjp" if _compat.HiPrim is None else "hiprim"
 
 
 def softplus(
-    x: ArrayLike, beta: ArrayLike = _DEFAULT_BETA, *, accuracy: Accuracy = None
+    x: ArrayLike, beta: ArrayLike = 1.0, *, accuracy: Accuracy = None
 ) -> jax.Array:
     """SoftPlus: (1 / beta) * log(1 + exp(beta * x)).
 
@@ -263,8 +260,8 @@ def softplus(
         `jax.lax.AccuracyMode.DEFAULT`: the default kernel.
         `jax.lax.AccuracyMode.HIGHEST`: the correctly rounded value (round
         to nearest even of the exact value) for float32, bfloat16 and
-        float16 `x`, evaluated in float64 (not on TPUs: an error at
-        lowering), and the backward op at HIGHEST as its VJP; float64 and
+        float16 `x`, evaluated in float64 (on TPUs, which have none, in float32
+        double words), and the backward op at HIGHEST as its VJP; float64 and
         the narrower float types take the default kernel. A
         `jax.lax.Tolerance`: the cheapest of the two whose bound meets it.
 
@@ -307,6 +304,11 @@ def softplus(
     level = _validate.check_accuracy(accuracy, x.dtype)
     y = _dispatch.forward_call(x, beta, checked, hints, _traced, level)
     return _compat.weakly_typed(y) if weak else y
+
+
+# softplus's default beta, the object in its signature: its identity tells a
+# call that passed none.
+_DEFAULT_BETA = softplus.__defaults__[0]
 
 
 def _complex(x, beta, accuracy):

@@ -129,3 +129,29 @@ def _durations_of(text):
         for line in text.splitlines()
         if line.startswith("| `")
     }
+
+
+def test_a_page_names_the_machines_of_the_tables_it_shows():
+    # A page that includes a table says, in its own words, which machines
+    # measured it: a vendor or GPU the table names is named on the page.
+    vendors = ("Xeon", "EPYC", "H100", "H200")
+    bad = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = page.read_text()
+        own = re.sub(r'--8<-- "[^"]+"', "", text)
+        for name in re.findall(r'--8<-- "(tables/[^"]+\.md)"', text):
+            table = (ROOT / "docs" / name).read_text()
+            for v in vendors:
+                if v in table and v not in own:
+                    bad.append(f"{page.name} shows {name}, measured on {v}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_public_docstrings_claim_highest_on_every_platform():
+    # README: HIGHEST is correctly rounded on CPUs, GPUs and TPUs (on TPUs
+    # in float32 double words); no docstring may say otherwise.
+    import jax_softplus
+
+    for name in ("softplus", "softplus_backward", "softplus_backward_inplace"):
+        doc = getattr(jax_softplus, name).__doc__
+        assert "not on TPUs" not in doc and "error at lowering" not in doc, name
