@@ -385,7 +385,11 @@ def backward(src, dd, beta):
         lax.select(t > 0, jnp.ones_like(t), jnp.zeros_like(t)),
         t * 0 + 0.5,
     )
-    limit = lax.convert_element_type(d * limit, dtype)
+    # inf * sigmoid(t) is inf wherever sigmoid(t) > 0, a t that overflowed
+    # to -inf from a finite beta * src included: NaN (inf * 0) only where
+    # src = -inf * sign(beta), as in the float64 evaluation.
+    keep = jnp.isinf(d) & (t < 0) & ~_math.sigmoid_is_zero(s, b)
+    limit = lax.convert_element_type(lax.select(keep, d, d * limit), dtype)
     result = lax.select(special, limit, _scaled(out, k, dtype))
 
     def evaluate(i):

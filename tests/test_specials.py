@@ -102,3 +102,100 @@ def test_without_mpmath_the_tool_is_a_one_line_usage_error(monkeypatch, capsys):
         "the specials table needs mpmath, which is not installed: "
         'pip install -e ".[bench]" from a checkout'
     )
+
+
+# Infinite diff_dst beside products that overflow, and infinite (traced)
+# betas: one rule on every platform's evaluation, at both accuracies -------
+
+_MAX32 = float(np.finfo(np.float32).max)
+_SRCS = (-_MAX32, -1e38, -1.0, -0.0, 0.0, 1.0, 1e38, _MAX32, -np.inf, np.inf)
+_FINITE_BETAS = (2.0, -2.0, 3.5, 3e38, -3e38)
+
+
+def _expected(s, b, d):
+    """The rule, in float64, the limits of finite betas' results: inf *
+    sigmoid(t) is inf wherever sigmoid(t) > 0 for finite betas (t = beta *
+    src exactly is finite for a finite beta and src), NaN where sigmoid is
+    0 there (src = -inf * sign(beta)) or t is NaN (src = 0 at an infinite
+    beta: inf * 0); a finite diff_dst at an infinite beta takes sigmoid's
+    limits, 1 or 0 by the sign of t."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.float64(b) * np.float64(s)
+        if np.isnan(t):
+            return np.nan
+        if np.isinf(d):
+            return np.nan if s == -np.inf * np.sign(b) else d
+        return d * (1.0 if t > 0 else 0.0)  # an infinite beta: t is +-inf
+
+
+def _special_cases(dtype):
+    """(src, beta, diff_dst, expected) for every src of _SRCS that the dtype
+    holds, with an infinite diff_dst at finite betas and any diff_dst at
+    infinite betas."""
+    info = np.finfo(dtype)
+    srcs = [s for s in _SRCS if not np.isfinite(s) or abs(s) <= float(info.max)]
+    srcs += [-float(info.max), float(info.max)]
+    cases = [(s, b, d) for s in srcs for b in _FINITE_BETAS for d in (np.inf, -np.inf)]
+    cases += [
+        (s, b, d)
+        for s in srcs
+        for b in (np.inf, -np.inf)
+        for d in (np.inf, -np.inf, 3.0, -2.0)
+    ]
+    src, beta, dd = (np.array(v) for v in zip(*cases, strict=True))
+    want = np.array([_expected(*c) for c in cases])
+    return src.astype(dtype), beta.astype(np.float32), dd.astype(dtype), want
+
+
+def _one_rule_params():
+    """Every dtype, platform and accuracy; the default tier runs float32 on
+    the CPU (seconds each: HIGHEST's and the TPU's programs compile long)."""
+    for dtype, name in (
+        (np.float32, "f32"),
+        (jnp.bfloat16, "bf16"),
+        (np.float16, "f16"),
+    ):
+        for platform in ("cpu", "cuda", "tpu"):
+            for accuracy in (None, jax.lax.AccuracyMode.HIGHEST):
+                slow = (name, platform, accuracy) != ("f32", "cpu", None)
+                yield pytest.param(
+                    dtype,
+                    platform,
+                    accuracy,
+                    id=f"{name}-{platform}-{accuracy}",
+                    marks=[pytest.mark.slow] if slow else [],
+                )
+
+
+@pytest.mark.parametrize(("dtype", "platform", "accuracy"), list(_one_rule_params()))
+def test_infinite_diff_dst_and_infinite_betas_follow_one_rule(
+    dtype, platform, accuracy
+):
+    from jax_softplus.testing import lowered_as
+
+    src, beta, dd, want = _special_cases(dtype)
+    op = jax.vmap(lambda s, d, b: softplus_backward(s, d, b, accuracy=accuracy))
+    with lowered_as(platform):
+        got = np.asarray(jax.jit(op)(src, dd, beta), np.float64)
+        finite_beta = np.isfinite(beta)
+        scalar = np.asarray(
+            [
+                softplus_backward(
+                    dtype(src[i]), dtype(dd[i]), jnp.float32(beta[i]), accuracy=accuracy
+                )
+                for i in np.flatnonzero(finite_beta)[:8]
+            ],
+            np.float64,
+        )
+    # XLA:CPU's default float32 kernel gives NaN for an infinite traced beta
+    # (its error-free product of beta and src is inf - inf there): the one
+    # cell the rule does not hold yet (docs/sharp_bits.md).
+    if platform == "cpu" and accuracy is None and dtype is np.float32:
+        got, want, src = got[finite_beta], want[finite_beta], src[finite_beta]
+    nan = np.isnan(want)
+    bad = np.flatnonzero((np.isnan(got) != nan) | (~nan & (got != want)))
+    bad = bad[~nan[bad] | ~np.isnan(got[bad])]
+    assert not bad.size, [
+        (float(src[i]), float(beta[i]), float(dd[i]), got[i], want[i]) for i in bad[:6]
+    ]
+    np.testing.assert_array_equal(scalar, got[np.flatnonzero(finite_beta)[:8]])
