@@ -5,10 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import FORWARD_MODE
 from jax.test_util import check_grads
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_p
-from jax_softplus._softplus import MECHANISM
 
 X = jnp.array([-3.0, -0.5, 0.0, 0.7, 2.5])
 G = jnp.array([0.3, -1.0, 2.0, 0.5, -0.25])
@@ -105,7 +105,7 @@ def test_hessian_by_reverse_over_reverse():
     np.testing.assert_array_equal(hess - jnp.diag(jnp.diag(hess)), 0.0)
 
 
-@pytest.mark.skipif(MECHANISM != "custom_vjp", reason="forward mode supported")
+@pytest.mark.skipif(FORWARD_MODE, reason="forward mode supported")
 def test_forward_mode_is_unsupported_on_jax_0_8():
     # JAX 0.8 has no HiPrim with lin: softplus is a jax.custom_vjp there,
     # and each forward-mode route fails as docs/sharp_bits.md says.
@@ -123,7 +123,7 @@ def test_forward_mode_is_unsupported_on_jax_0_8():
     jax.jvp(jax.grad(lambda x: softplus(x).sum()), (X,), (ones,))
 
 
-@pytest.mark.skipif(MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8")
+@pytest.mark.skipif(not FORWARD_MODE, reason="reverse mode only on JAX 0.8")
 def test_reverse_mode_runs_the_custom_vjp_and_forward_mode_the_jvp(monkeypatch):
     # Observable: which of the op's rules ran (grad must not be a
     # transposed JVP), and one softplus_backward bind for the x cotangent.

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import SLOW_HIGHEST
+from helpers import FORWARD_MODE, SLOW_HIGHEST
 from jax.experimental import jet
 
 from jax_softplus import (
@@ -19,10 +19,9 @@ from jax_softplus import (
     softplus_backward_p,
 )
 from jax_softplus._forward import softplus_highest_p
-from jax_softplus._softplus import MECHANISM
 
 forward_mode = pytest.mark.skipif(
-    MECHANISM != "hiprim", reason="reverse mode only on JAX 0.8"
+    not FORWARD_MODE, reason="reverse mode only on JAX 0.8"
 )
 
 INPUTS = {

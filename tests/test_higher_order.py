@@ -23,12 +23,11 @@ import jax.test_util
 import mpmath
 import numpy as np
 import pytest
-from helpers import examples, seed_of
+from helpers import FORWARD_MODE, examples, seed_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus._softplus import MECHANISM
 from jax_softplus.testing import lowered_as
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as derivatives
@@ -158,7 +157,7 @@ def _worst(err):
 def _available(route, names):
     """On JAX 0.8 (a custom_vjp) softplus has no forward mode of its own:
     the routes whose innermost derivative is forward leave it out."""
-    if MECHANISM == "hiprim" or route not in ("jvp", "grad_of_jvp"):
+    if FORWARD_MODE or route not in ("jvp", "grad_of_jvp"):
         return names
     return tuple(n for n in names if QUANTITIES[n][0] != "softplus")
 
@@ -346,7 +345,7 @@ def test_check_grads_to_order_4_at_extreme_betas(x64, beta):
     # One mode per beta, reverse at the small one and forward at the large
     # (both modes at every level would be 2**4 chains); JAX 0.8's softplus
     # has reverse mode only.
-    mode = "fwd" if beta > 1 and MECHANISM == "hiprim" else "rev"
+    mode = "fwd" if beta > 1 and FORWARD_MODE else "rev"
     u, v = (-3.0, 1.0) if beta < 1 else (4.0, -1.0)
     jax.test_util.check_grads(
         g, (jnp.float64(u), jnp.float64(v)), order=4, modes=(mode,)

@@ -10,12 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import seed_of
+from helpers import FORWARD_MODE, seed_of
 from jax import export
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 from jax_softplus import testing as jst
-from jax_softplus._softplus import MECHANISM
 from jax_softplus.tools import _references as references
 from jax_softplus.tools import _routes as routes
 
@@ -59,7 +58,7 @@ ROUTES = {
         True,
     ),
 }
-if MECHANISM == "hiprim":  # JAX 0.8's softplus has no forward mode
+if FORWARD_MODE:  # JAX 0.8's softplus has no forward mode
     ROUTES["forward mode in beta"] = (
         lambda x, d, b: jax.jvp(lambda c: softplus(x, c), (b,), (F32(1),))[1],
         True,
