@@ -350,7 +350,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python maintainers/mutants.py", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("--only", metavar="NAME", help="the mutants whose name holds NAME")
+    p.add_argument(
+        "--only",
+        metavar="NAME",
+        action="append",
+        help="the mutants whose name holds NAME (repeat for several)",
+    )
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutant")
     p.add_argument(
         "--tables", type=output_dir, metavar="DIR", help="write mutants.md there"
@@ -371,9 +376,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     if not args.timeout > 0:
         p.error(f"--timeout must be a number of seconds above 0, got {args.timeout}")
-    chosen = [m for m in MUTANTS if not args.only or args.only in m.name]
-    if not chosen:
-        p.error(f"--only: no mutant's name holds {args.only!r} (--list lists them)")
+    for name in args.only or ():
+        if not any(name in m.name for m in MUTANTS):
+            p.error(f"--only: no mutant's name holds {name!r} (--list lists them)")
+    chosen = [
+        m for m in MUTANTS if not args.only or any(n in m.name for n in args.only)
+    ]
     if args.list:
         for m in MUTANTS:
             print(f"{m.kind:10} {m.name}")
