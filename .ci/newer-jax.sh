@@ -4,6 +4,9 @@
 # is made with debootstrap and the suite runs there against this checkout.
 # Needs root, debootstrap (installed if missing) and Debian's mirror.
 #   sudo bash .ci/newer-jax.sh [JAX_VERSION [JAXLIB_VERSION]]   # 0.11.2 by default
+# NEWER_JAX_STEP=setup makes the root and installs, =test runs the tests in
+# a root made before (.ci/run overlaps the setup with its own tests); both
+# by default.
 # Exit status: pytest's, or 3 when the root or its packages could not be set
 # up (no root, no mirror), so that .ci/run can tell that apart from failures.
 set -uo pipefail
@@ -11,6 +14,7 @@ cd "$(dirname "$0")/.."
 jax_version="${1:-0.11.2}"
 jaxlib_version="${2:-$jax_version}"
 root="${NEWER_JAX_ROOT:-/tmp/jax-softplus-trixie}"
+step="${NEWER_JAX_STEP:-all}"
 
 cannot() {
     echo "newer-jax: cannot set up: $*" >&2
@@ -35,15 +39,18 @@ if ! mountpoint -q "$root/proc"; then
     mount -t proc proc "$root/proc" || cannot "mounting /proc in $root failed"
     trap 'umount "$root/proc"' EXIT
 fi
-rm -rf "$root/src"
-mkdir -p "$root/src"
-git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$root/src"
-
-chroot "$root" /bin/sh -euc "
-    rm -rf /opt/venv && python3 -m venv /opt/venv
-    cd /src && /opt/venv/bin/pip install -q -e '.[test]' \
-        'jax==$jax_version' 'jaxlib==$jaxlib_version'
-" || cannot "installing jax $jax_version and the test extras failed"
+if [ "$step" != test ]; then
+    rm -rf "$root/src"
+    mkdir -p "$root/src"
+    git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$root/src"
+    chroot "$root" /bin/sh -euc "
+        rm -rf /opt/venv && python3 -m venv /opt/venv
+        cd /src && /opt/venv/bin/pip install -q -e '.[test]' \
+            'jax==$jax_version' 'jaxlib==$jaxlib_version'
+    " || cannot "installing jax $jax_version and the test extras failed"
+fi
+[ "$step" = setup ] && exit 0
+[ -x "$root/opt/venv/bin/python" ] || cannot "no root set up at $root (NEWER_JAX_STEP=setup first)"
 chroot "$root" /bin/sh -euc "
     cd /src
     /opt/venv/bin/python -c 'import jax, sys; print(\"jax\", jax.__version__, \"python\", sys.version.split()[0])'
