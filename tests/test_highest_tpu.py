@@ -277,3 +277,56 @@ def test_shapes_and_the_in_place_call():
     )
     np.testing.assert_array_equal(forward, f(src))
     assert empty.shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_zeros_and_specials_keep_their_bits_on_tpus(dtype):
+    # Results that are +-0 (underflow by beta's sign, x = +-inf, t = -inf)
+    # and the other specials: the TPU's float32 evaluation gives the
+    # float64 evaluation's bits, the sign of a zero included.
+    big = float(jnp.finfo(dtype).max)
+    xs = [-np.inf, np.inf, -big, big, -1e4, -300.0, -100.0, -0.0, 0.0, 1.0, np.nan]
+    betas = [2.0, -2.0, 0.5, -0.5, 3e38, -3e38, 1e-30, -1e-30]
+    x, b = (np.array(v) for v in zip(*[(x, b) for x in xs for b in betas], strict=True))
+    x, b = x.astype(dtype), b.astype(F32)
+    dd = np.where(np.arange(x.size) % 2, -1.0, 1.0).astype(dtype)
+    fwd = jax.jit(jax.vmap(lambda x, b: softplus(x, b, accuracy=HIGHEST)))
+    back = jax.jit(
+        jax.vmap(lambda s, d, b: softplus_backward(s, d, b, accuracy=HIGHEST))
+    )
+    want = np.asarray(fwd(x, b)), np.asarray(back(x, dd, b))
+    with lowered_as("tpu"):
+        got = np.asarray(fwd(x, b)), np.asarray(back(x, dd, b))
+    for name, g, w in zip(("softplus", "softplus_backward"), got, want, strict=True):
+        g, w = g.astype(np.float32), w.astype(np.float32)
+        nan = np.isnan(w)
+        assert (np.isnan(g) == nan).all(), name
+        bad = np.flatnonzero(g[~nan].view(np.uint32) != w[~nan].view(np.uint32))
+        assert not bad.size, (
+            name,
+            x[~nan][bad][:4],
+            b[~nan][bad][:4],
+            g[~nan][bad][:4],
+        )
+        assert (w[~nan] == 0).any() and np.signbit(w[~nan][w[~nan] == 0]).any(), name
+
+
+@pytest.mark.parametrize("precision", [24, 11, 8])
+def test_rounding_just_below_a_power_of_two_takes_the_finer_spacing(precision):
+    # Below 2**k the representable numbers are twice as dense: 1 - 0.6 *
+    # 2**-p rounds down to 1 - 2**-p, 1 - 0.4 * 2**-p up to 1 (p the
+    # precision), of either sign and beside the neighbouring powers of two.
+    words = _fe.WORDS
+    cases, want = [], []
+    for scale in (1.0, 2.0, 0.5):  # the callers scale into [1, 2) first
+        for sign in (1.0, -1.0):
+            for frac, rounded in ((0.6, 1 - 2.0**-precision), (0.4, 1.0)):
+                w = np.zeros(words, np.float64)
+                # The first two words round to the power of two itself: the
+                # third decides.
+                step = -sign * scale * 2.0**-precision
+                w[0], w[1], w[2] = sign * scale, (frac - 0.2) * step, 0.2 * step
+                cases.append(w.astype(F32))
+                want.append(sign * scale * rounded)
+    got = jax.jit(lambda v: _fe.round_nearest(v, precision))(np.stack(cases, 1))
+    np.testing.assert_array_equal(np.asarray(got, np.float64), np.array(want))
