@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def main(argv=None):
     if code != 0:
         print(f"timed.py: the command exited with {code}; nothing recorded")
         return code
-    path = record(args.tables, " ".join(command), minutes, peak, machine_line())
+    path = record(args.tables, shlex.join(command), minutes, peak, machine_line())
     print(f"{minutes:.1f} min, peak {peak:.1f} GiB: recorded in {path}")
     return 0
 
