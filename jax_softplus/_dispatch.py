@@ -761,6 +761,14 @@ def forward_call(x, beta, checked, hints, traced, accuracy=None):
     return call(_forward.value, traced, (x,), beta, checked, hints, accuracy)
 
 
+def clear_caches() -> None:
+    """Forget every plan the eager paths made: which jit runs a call
+    depends on the platform being lowered for (`testing.lowered_as`)."""
+    for cache in (_HOST_FORWARD, _ARRAY_FORWARD, _HOST_BACKWARD, _ARRAY_BACKWARD):
+        cache.clear()
+    _ARRAY_INPLACE.clear()
+
+
 def cache_sizes() -> dict[str, int]:
     """Executables held by the library's own jits, by name (for tests)."""
     names = {

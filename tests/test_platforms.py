@@ -247,3 +247,25 @@ def test_the_derivative_search_holds_each_platforms_level():
     for (route, name), (err, *_) in found.items():
         kernel = name in ("softplus d100", "backward d001")
         assert err <= (2.0 if kernel else 1.5), (route, name, err)
+
+
+@pytest.mark.slow
+def test_a_call_made_before_lowered_as_plans_nothing_inside_it():
+    # The eager paths remember which jit runs a call; that depends on the
+    # platform being lowered for. At HIGHEST the CPU writes over diff_dst in
+    # two passes, the TPU's float32 evaluation takes a new output: each as
+    # if the other had never run.
+    highest = jax.lax.AccuracyMode.HIGHEST
+    src = jnp.linspace(-3.0, 3.0, 64, dtype=jnp.float32)
+
+    def written_over():
+        dd = jnp.ones(64, jnp.float32) * 1  # a buffer of its own
+        pointer = dd.unsafe_buffer_pointer()
+        out = softplus_backward_inplace(src, dd, 1.5, accuracy=highest)
+        assert dd.is_deleted()
+        return out.unsafe_buffer_pointer() == pointer
+
+    assert written_over()
+    with jst.lowered_as("tpu"):
+        assert not written_over()
+    assert written_over()
