@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _fe, _math, _math64, _narrow
+from jax_softplus import _fe, _math, _math64, _words
 
 _F32 = np.float32
 _I32 = np.int32
@@ -55,7 +55,7 @@ _BATCH = 16
 
 
 def _one(like):
-    return _narrow._one(like)
+    return _words.one(like)
 
 
 def _frexp(v):
@@ -140,7 +140,7 @@ def _t(src, beta):
     """(t, a_h, a_l): t = fl(beta src) and |beta src| = a_h + a_l exactly,
     clamped at 200 (a_l = 0 there, and where t is not finite)."""
     t = beta * src
-    err = _narrow._product_error(src, beta, t)
+    err = _words.product_error(src, beta, t)
     ah = lax.abs(t)
     al = lax.select(t < 0, lax.neg(err), err)
     keep = (ah <= _AMAX) & jnp.isfinite(err)
@@ -153,7 +153,7 @@ def _t(src, beta):
 
 def _div(n, d):
     """The double words n / d for d's high word in [1, 2]."""
-    return _narrow._div(n, d)
+    return _words.div(n, d)
 
 
 def backward_value(src, dd, beta):

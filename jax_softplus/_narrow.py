@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math, _math64, _series
+from jax_softplus import _math, _math64, _series, _words
 from jax_softplus._primitive import bind
 
 _F32 = np.dtype(np.float32)
@@ -62,48 +62,7 @@ _DBETA_SWITCH = {_F32: 17.0, np.dtype(np.float64): 38.0}
 _TANH_TERMS = {_F32: 12, np.dtype(np.float64): 30}
 
 
-# Double words ----------------------------------------------------------------
-
-
-def _two_prod(a, b):
-    """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker), for
-    significands (no split may overflow)."""
-    if a.dtype == np.float64:
-        return _math64.two_prod(a, b)
-    p = a * b
-    return p, _math._product_error(a, b, p)
-
-
-def _mul(x, f):
-    """The double word x times the value f, to about a unit of x's low
-    word."""
-    hi, lo = x
-    ph, pl = _two_prod(hi, f)
-    return ph, pl + lo * f
-
-
-def _mul2(x, y):
-    """The double words x times y (either may be unnormalized: its low
-    word need not be below an ulp of its high word)."""
-    ph, pl = _two_prod(x[0], y[0])
-    return ph, pl + ((x[0] * y[1] + x[1] * y[0]) + x[1] * y[1])
-
-
-def _div(n, d):
-    """The double words n / d, for d's high word in [1, 4): a Newton
-    reciprocal (`_math64._reciprocal`, cheap operations only), the
-    quotient, and its exact remainder's correction."""
-    nh, nl = n
-    dh, dl = d
-    y = _math64._reciprocal(dh)
-    # nl need not be small against an ulp of nh (a sum's words are kept
-    # unnormalized): the first quotient takes it, so that the remainder is
-    # as small as y's error.
-    q = (nh + nl) * y
-    ph, pl = _two_prod(q, dh)
-    # nh - ph is exact: ph is within a few ulps of nh (Sterbenz).
-    rem = (((nh - ph) - pl) + nl) - q * dl
-    return _math64.fast_two_sum(q, rem * y)
+# Double words (`_words`) ----------------------------------------------------
 
 
 def _div_by(x, m, times):
@@ -113,39 +72,16 @@ def _div_by(x, m, times):
     two_m = 2 * lax.abs(m)
     d = (two_m, jnp.zeros_like(two_m))
     for _ in range(times - 1):
-        d = _mul(d, two_m)
+        d = _words.mul(d, two_m)
     md, ed = _frexp(d[0])  # md in [1/2, 1): 4 md in [2, 4)
     shift = times + 2 - ed
-    y = _div(x, (4 * md, _math.times_pow2(d[1], 2 - ed)))
+    y = _words.div(x, (4 * md, _math.times_pow2(d[1], 2 - ed)))
     if times % 2:
         y = (y[0] * jnp.sign(m), y[1] * jnp.sign(m))
     return y, shift
 
 
-def _one(like):
-    """1 in `like`'s dtype, behind a barrier: XLA folds `(v + 1) - 1` to v,
-    which would erase an error-free sum's low word (`_math64._opaque`)."""
-    return lax.optimization_barrier(np.asarray(1, like.dtype))
-
-
-def _value(x):
-    hi, lo = x
-    return hi + lo
-
-
 # e^-|t| ---------------------------------------------------------------------
-
-
-def _product_error(src, beta, t):
-    """The exact rounding error beta src - t of t = fl(beta src), the
-    factors rebalanced by a power of two first, so that no partial product
-    of the split is subnormal (a beta of 1e35 times a src of 1e-35)."""
-    beta = beta * jnp.ones_like(src)
-    if t.dtype == np.float64:
-        b, x, _, _ = _math64._balance(beta, src)
-        return _math64.two_prod(b, x)[1]
-    b, x, _ = _math._balance(beta, src)
-    return _math._product_error(b, x, t)
 
 
 def _exp_pair(z, zl):
@@ -155,14 +91,14 @@ def _exp_pair(z, zl):
     float64: `_math64._exp_reduce`, 2**-62)."""
     if z.dtype == np.float64:
         k, _, p, pl = _math64._exp_reduce(z, zl)
-        hi, lo = _math64.fast_two_sum(_one(p), p)
+        hi, lo = _math64.fast_two_sum(_words.one(p), p)
         return k.astype(np.int32), _math64.fast_two_sum(hi, lo + pl)
     k, kf = _math._nearest_k(z)
     rh = z - kf * _math._LN2_HI  # exact
     w = kf * _math._LN2_LO - zl
     r = rh - w
     rest = _math._expm1_q(r) * (r * r) - w  # expm1(r) = rh + rest
-    hi, lo = _math64.fast_two_sum(_one(rh), rh)
+    hi, lo = _math64.fast_two_sum(_words.one(rh), rh)
     return k, _math64.fast_two_sum(hi, lo + rest)
 
 
@@ -178,7 +114,7 @@ class _Exp:
         # diff_dst included: t is clamped there, and where the product
         # overflowed (a masked finfo.min element) its error is not NaN.
         clamped = jnp.clip(t, -_CLAMP[cdt], _CLAMP[cdt])
-        err = _product_error(src, beta, t)
+        err = _words.product_error(src, beta, t)
         err = jnp.where((t == clamped) & jnp.isfinite(err), err, jnp.zeros_like(err))
         self.t, self.err = clamped, err
         # -a = z + zl.
@@ -189,24 +125,24 @@ class _Exp:
         scale = _math.exp2_int(jnp.maximum(self.k, _LOWEST[cdt]), cdt)
         self.e = (self.pair[0] * scale, self.pair[1] * scale)
         # 1 + e, exactly as a double word.
-        dh, dl = _math64.fast_two_sum(_one(z), self.e[0])
+        dh, dl = _math64.fast_two_sum(_words.one(z), self.e[0])
         self.d = (dh, dl + self.e[1])
 
     @functools.cached_property
     def d2(self):
         """(1 + e)**2 as a double word."""
-        return _mul2(self.d, self.d)
+        return _words.mul2(self.d, self.d)
 
     def slope(self, md):
         """md s(t) s(-t) = md e / (1 + e)**2 as (double word, k)."""
-        return _div(_mul(self.pair, md), self.d2), self.k
+        return _words.div(_words.mul(self.pair, md), self.d2), self.k
 
     @functools.cached_property
     def w(self):
         """s(t) s(-t) in the dtype (0 below its normal range), for the
         polynomials of orders 3 and up."""
         v, k = self.slope(jnp.ones_like(self.pair[0]))
-        return _math.times_pow2(_value(v), k)
+        return _math.times_pow2(_words.value(v), k)
 
     def tanh_half(self):
         """tanh(t / 2) of the exact t as a double word: below |t| = 1.4 its
@@ -223,16 +159,16 @@ class _Exp:
         t = self.t
         cdt = np.dtype(t.dtype)
         y = t * 0.5
-        y2 = _two_prod(y, y)
-        y3 = _mul(y2, y)
+        y2 = _words.two_prod(y, y)
+        y3 = _words.mul(y2, y)
         coeffs = _series.tanh_series(_TANH_TERMS[cdt])
         c2h, c2l = _series.tanh_coefficient_word(2, cdt)
         tail = y2[0] * _horner(coeffs[2:], y2[0])
         c2 = _math64.fast_two_sum(lax.full_like(y, c2h), tail)
-        rh, rl = _mul2(y3, (c2[0], c2[1] + c2l))
+        rh, rl = _words.mul2(y3, (c2[0], c2[1] + c2l))
         rl = rl + 2 * self.w * self.err
-        sh, sl = _div(self.e, self.d)  # s(-a), normal where a < 87
-        th, tl = _math64.fast_two_sum(_one(sh), -2 * sh)
+        sh, sl = _words.div(self.e, self.d)  # s(-a), normal where a < 87
+        th, tl = _math64.fast_two_sum(_words.one(sh), -2 * sh)
         sign = jnp.sign(t)
         near = lax.abs(t) < 1.4
         # y + rh: |rh| < |y| / 6, so that the sum's error is exact.
@@ -305,9 +241,9 @@ def _parts(terms, hints, src, beta, dd=None, exp=None):
     for c, n, i, j in terms:
         v, k = bases[min(n, 1)]
         for _ in range(i):
-            v = _mul(v, ms)
+            v = _words.mul(v, ms)
         for _ in range(max(j, 0)):
-            v = _mul(v, mb)
+            v = _words.mul(v, mb)
         if j < 0:
             v, shift = _div_by(v, mb, -j)
             k = k + shift
@@ -317,11 +253,11 @@ def _parts(terms, hints, src, beta, dd=None, exp=None):
                 tau = exp.tanh_half()
             poly = None
             if any(odd):
-                poly = _mul(tau, _horner(odd, exp.w))
+                poly = _words.mul(tau, _horner(odd, exp.w))
             if any(even):
                 a = _horner(even, exp.w)
                 poly = (a, jnp.zeros_like(a)) if poly is None else _add(poly, a)
-            v = _mul2(v, poly)
+            v = _words.mul2(v, poly)
         if c != 1:
             v = (v[0] * c, v[1] * c)  # exact: c is a small integer
         parts.append((v, k + es * i + eb * j))
@@ -355,7 +291,7 @@ def _aligned(parts):
 def _aligned_sum(parts):
     """The parts' sum, rounded once."""
     total, top = _aligned(parts)
-    return _math.times_pow2(_value(total), top)
+    return _math.times_pow2(_words.value(total), top)
 
 
 def combination(terms, hints, src, beta, *dd):
@@ -396,10 +332,11 @@ def _dbeta1_parts(x, beta, exp, coef, j):
         log = _math64.fast_two_sum(*_math64._log1p(*exp.e))
     else:
         log = (_math._log1p_small(*exp.e), jnp.zeros_like(t))
-    near = _add2(_mul2(a, exp.e), _mul2(log, exp.d))
-    a1 = _add(a, _one(t))
+    near = _add2(_words.mul2(a, exp.e), _words.mul2(log, exp.d))
+    a1 = _add(a, _words.one(t))
     num = tuple(
-        jnp.where(far, u, v) for u, v in zip(_mul2(a1, exp.pair), near, strict=True)
+        jnp.where(far, u, v)
+        for u, v in zip(_words.mul2(a1, exp.pair), near, strict=True)
     )
     k = jnp.where(far, exp.k, 0)
     # The denominator: (1 + e) |beta|**n, n = 2 - j, as a double word in
@@ -409,10 +346,10 @@ def _dbeta1_parts(x, beta, exp, coef, j):
     power = 2 - j
     mn = (2 * lax.abs(mb), jnp.zeros_like(mb))
     for _ in range(power - 1):
-        mn = _mul(mn, 2 * lax.abs(mb))
+        mn = _words.mul(mn, 2 * lax.abs(mb))
     f, en = _frexp(mn[0])  # (2|mb|)**n = 2 f 2**(en - 1), 2 f in [1, 2)
     mn = (2 * f, _math.times_pow2(mn[1], 1 - en))
-    g = _div(num, _mul2(exp.d, mn))
+    g = _words.div(num, _words.mul2(exp.d, mn))
     # G / beta**n = g / (2 f) 2**(-(en - 1) + n - n eb) sign(beta)**n.
     sign = jnp.sign(mb) if power % 2 else jnp.ones_like(mb)
     c = -coef * sign  # exact: coef is a small integer
