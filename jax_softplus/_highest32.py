@@ -54,10 +54,6 @@ _AMAX = 200.0
 _BATCH = 16
 
 
-def _one(like):
-    return _words.one(like)
-
-
 def _frexp(v):
     """(m, e) with v = m 2**e, |m| in [1, 2), for a normal float32 v."""
     bits = lax.bitcast_convert_type(v, _I32)
@@ -126,7 +122,7 @@ def _exp_neg(ah, al):
     sqh, sql = 0.5 * s, 0.5 * se + rh * rl
     poly = _F32(1 / 6) + rh * (_F32(1 / 24) + rh * (_F32(1 / 120) + rh * _F32(1 / 720)))
     tail = s * rh * poly + 0.5 * s * rl
-    h, l0 = _math64.fast_two_sum(_one(rh), rh)
+    h, l0 = _math64.fast_two_sum(_words.one(rh), rh)
     h, l1 = _math64.fast_two_sum(h, sqh)
     eh, el = _math64.fast_two_sum(h, (l0 + l1) + ((rl + sql) + tail))
     n = nf.astype(_I32)
@@ -151,18 +147,13 @@ def _t(src, beta):
     )
 
 
-def _div(n, d):
-    """The double words n / d for d's high word in [1, 2]."""
-    return _words.div(n, d)
-
-
 def backward_value(src, dd, beta):
     """dd sigmoid(beta src) as ((qh, ql), k): the double word times 2**k,
     within ERROR["backward"], qh in [0.35, 2.9) (float32 operands)."""
     t, ah, al = _t(src, beta)
     k, (mh, ml) = _exp_neg(ah, al)
     scale = _pow2(k)  # e = 2**k m, 0 where that is far below 2**-126
-    dh, dl = _math64.fast_two_sum(_one(mh), mh * scale)
+    dh, dl = _math64.fast_two_sum(_words.one(mh), mh * scale)
     dl = dl + ml * scale
     md, kd = _frexp(dd)
     # sigmoid(t) = 1 / (1 + e) for t >= 0, e / (1 + e) below.
@@ -170,7 +161,7 @@ def backward_value(src, dd, beta):
     nh, nl = _fe.two_prod(md, mh)
     nl = nl + md * ml
     num = (lax.select(neg, nh, md), lax.select(neg, nl, jnp.zeros_like(nl)))
-    q = _div(num, (dh, dl))
+    q = _words.div(num, (dh, dl))
     return q, kd + lax.select(neg, k, jnp.zeros_like(k))
 
 
@@ -190,7 +181,7 @@ def _log1p(k, m):
     (r,) = _table(_RECIP[:, None], j)
     gh, gl = _table(_LOGR, j)
     p, pe = _fe.two_prod(eh, r)
-    dh, dl = _math64.two_sum(r - _one(r), p)
+    dh, dl = _math64.two_sum(r - _words.one(r), p)
     dh, dl = _math64.fast_two_sum(dh, dl + (pe + el * r))
     s, se = _fe.two_prod(dh, dh)
     sqh, sql = -0.5 * s, -0.5 * se - dh * dl
@@ -215,7 +206,7 @@ def softplus_value(x, beta):
     k, m = _exp_neg(ah, al)
     (lh, ll), kl = _log1p(k, m)
     mb, kb = _frexp(beta)
-    qh, ql = _div((lh, ll), (lax.abs(mb), jnp.zeros_like(mb)))
+    qh, ql = _words.div((lh, ll), (lax.abs(mb), jnp.zeros_like(mb)))
     sign = lax.select(mb < 0, -jnp.ones_like(mb), jnp.ones_like(mb))
     qh, ql, kq = qh * sign, ql * sign, kl - kb
     # t > 0: x + q, in the frame of the larger: q / x = log1p(e) / t.

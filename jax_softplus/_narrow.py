@@ -62,7 +62,7 @@ _DBETA_SWITCH = {_F32: 17.0, np.dtype(np.float64): 38.0}
 _TANH_TERMS = {_F32: 12, np.dtype(np.float64): 30}
 
 
-# Double words (`_words`) ----------------------------------------------------
+# Double words ----------------------------------------------------------------
 
 
 def _div_by(x, m, times):
