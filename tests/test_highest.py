@@ -91,7 +91,10 @@ def test_float32_is_correctly_rounded(beta):
 
 
 # The default tier holds the double-double step on one case of each op
-# (without it, or with its error bound too tight, HIGHEST rounds wrongly).
+# (without it, or with its error bound too tight, HIGHEST rounds wrongly),
+# here in one pass and in two (the flags, the loop over the marked
+# elements and the written-over operand of large arrays).
+@pytest.mark.parametrize("passes", ["one pass", "two passes"], indirect=True)
 @pytest.mark.parametrize("beta", [1.7, pytest.param(-0.37, marks=pytest.mark.slow)])
 def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta, passes):
     # Built from continued fractions: results within 2**-46 of a midpoint,
