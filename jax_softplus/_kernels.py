@@ -43,6 +43,30 @@ def fusion_fence(out, dd):
     return lax.select(dd > lax.full_like(dd, np.inf), dd, out)
 
 
+def _infinite_beta_limits(src, dd, beta, out):
+    """out, but the limits of finite betas' results where beta is infinite.
+
+    The fused float32 kernel forms its reduced argument as beta * src + c,
+    which is inf - inf for an infinite beta. A traced beta only (a concrete
+    one is finite): seven operations per element, where the other kernels
+    reach the limits by themselves. t = beta * src is +-inf, or NaN at
+    src = 0; the limit is dd where t > 0 and dd * 0 where t < 0, but an
+    infinite dd keeps itself wherever src is finite (sigmoid(t) > 0 for
+    every finite beta).
+    """
+    infinite = lax.abs(beta) == lax.full_like(beta, np.inf)
+    if beta.ndim != src.ndim:  # a scalar beta: of the data's shape and sharding
+        sharding = jax.typeof(src).sharding
+        beta = lax.broadcast_in_dim(beta, src.shape, (), out_sharding=sharding)
+    t = beta * src
+    zero = lax.full_like(dd, 0)
+    limit = lax.select(t > zero, dd, dd * zero)
+    keep = lax.is_finite(src) & (lax.abs(dd) == lax.full_like(dd, np.inf))
+    limit = lax.select(keep, dd, limit)
+    limit = lax.select(t != t, t, limit)
+    return lax.select(infinite, limit, out)
+
+
 def backward_kernel(src, dd, beta, hints, *, platform=None, accuracy=None):
     """dd * sigmoid(beta * src) in the data's dtype (the primitive's lowering).
 
@@ -82,6 +106,8 @@ def backward_kernel(src, dd, beta, hints, *, platform=None, accuracy=None):
             fused=cpu and fma_contracts(),
             tiny=hints.beta_tiny,
         )
+        if cpu and fma_contracts() and not hints.beta_finite:
+            out = _infinite_beta_limits(src, dd, beta, out)
         return fusion_fence(out, dd) if cpu else out
     if dtype == np.float16:
         out = sigmoid_times_f16(to_f32(src), to_f32(dd), beta)

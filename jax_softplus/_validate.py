@@ -282,6 +282,9 @@ class BetaHints(NamedTuple):
     # src still reaches the saturated t below |beta| = 5.4e-37, where a
     # traced beta's clamp cannot (`_math._exp_reduce_fused`).
     beta_tiny: bool = False
+    # Finite (every concrete beta is, or it is refused): the fused float32
+    # kernel needs no select for an infinite traced beta's limits.
+    beta_finite: bool = False
 
 
 def check_beta(
@@ -390,7 +393,7 @@ def _concrete_beta(concrete, shown, cdtype, forward):
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
     moderate = concrete == 0.0 or 2.0**-64 <= abs(concrete) <= 2.0**64
     tiny = 0.0 < abs(concrete) < 2.0**-100
-    return checked, BetaHints(exact, bool(moderate), tiny)
+    return checked, BetaHints(exact, bool(moderate), tiny, beta_finite=True)
 
 
 # accuracy= -----------------------------------------------------------------

@@ -177,6 +177,10 @@ MUTANTS = (
       "jax_softplus/_highest32.py",
       "    keep = jnp.isinf(d) & (t < 0) & ~_math.sigmoid_is_zero(s, b)",
       "    keep = jnp.isinf(d) & (t < 0) & False", ("tests/test_specials.py",)),
+    M("the CPU's float32 kernel drops a traced infinite beta's limits", "numerics",
+      "jax_softplus/_kernels.py",
+      "        if cpu and fma_contracts() and not hints.beta_finite:",
+      "        if False:", ("tests/test_specials.py",)),
     # Rules ------------------------------------------------------------------
     M("the backward JVP drops its src term", "rules", "jax_softplus/_derivatives.py",
       "        terms.append((slope * src_dot.astype(cdt)).astype(dtype))",
