@@ -47,7 +47,7 @@ print("ok")
 
 
 def main(argv=None):
-    from jax_softplus.tools._common import positive_float, positive_int
+    from tools._common import positive_float, positive_int
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=positive_int, default=8, help="subprocesses")

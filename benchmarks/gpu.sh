@@ -83,21 +83,21 @@ timeout 80 python3 benchmarks/gpu_bench.py --size "$size" $floor_args \
 # Three runs of the bench, each with its own limit and folder, so that one
 # cut short loses its own rows alone (the bench writes its tables at the end).
 step "bench rows: the op in a user's jit"
-timeout 90 python3 -m jax_softplus.tools.bench --sizes "$bench_sizes" \
+timeout 90 python3 -m tools.bench --sizes "$bench_sizes" \
     --dtypes "$bench_dtypes" --repeats "$repeats" --no-torch --user-jit \
     --tables "$res/bench" 2>&1 | tee "$res/bench.txt"
 step "bench rows: derivative routes"
-timeout 100 python3 -m jax_softplus.tools.bench --sizes none \
+timeout 100 python3 -m tools.bench --sizes none \
     --dtypes "$bench_dtypes" --repeats "$repeats" --no-torch \
     --derivatives "$derivatives" --tables "$res/derivatives" 2>&1 \
     | tee "$res/bench-derivatives.txt"
 step "bench rows: eager calls"
-timeout 60 python3 -m jax_softplus.tools.bench --sizes none --repeats "$repeats" \
+timeout 60 python3 -m tools.bench --sizes none --repeats "$repeats" \
     --no-torch --eager --tables "$res/eager" 2>&1 | tee "$res/bench-eager.txt"
 
 step "accuracy on the GPU"
 # shellcheck disable=SC2086
-timeout 120 python3 -m jax_softplus.tools.accuracy $accuracy_args \
+timeout 120 python3 -m tools.accuracy $accuracy_args \
     --tables "$res/accuracy" 2>&1 | tee "$res/accuracy-values.txt" | tail -n 60
 
 step "tests"

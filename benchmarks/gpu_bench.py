@@ -35,7 +35,7 @@ import numpy as np
 
 from jax_softplus import _kernels, _math, softplus_backward_inplace
 from jax_softplus._validate import BetaHints
-from jax_softplus.tools._common import (
+from tools._common import (
     DTYPES,
     comma_list,
     input_json,
@@ -44,7 +44,7 @@ from jax_softplus.tools._common import (
     output_file,
     positive_int,
 )
-from jax_softplus.tools.bench import mlp_step, train_step_activations
+from tools.bench import mlp_step, train_step_activations
 
 
 def _timed(fn, iters):

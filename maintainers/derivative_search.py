@@ -34,10 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus.testing import lowered_as
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import _routes as routes
-from jax_softplus.tools import _search
-from jax_softplus.tools._common import (
+from tools import _references as references
+from tools import _routes as routes
+from tools import _search
+from tools._common import (
     comma_list,
     machine_line,
     non_negative_int,

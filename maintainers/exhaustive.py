@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.tools._common import (
+from tools._common import (
     input_json,
     machine,
     machine_line,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jax_softplus.tools._common import require
+from tools._common import require
 
 try:
     import mpmath

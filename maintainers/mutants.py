@@ -90,6 +90,10 @@ MUTANTS = (
       "    return lax.select(pos, s[0], q[0]), lax.select(pos, s[1], q[1])",
       "    return lax.select(pos, q[0], s[0]), lax.select(pos, q[1], s[1])",
       ("tests/test_highest.py",)),
+    M("HIGHEST's loop keeps a block flagged once it settles its last element",
+      "numerics", "jax_softplus/_highest.py",
+      "        left = pending & (lax.iota(np.int32, size) != i)",
+      "        left = pending", ("tests/test_highest.py",)),
     M("HIGHEST's loop tests one byte too few", "numerics",
       "jax_softplus/_highest.py",
       "return lax.reduce_max(state[1], (0,)) > np.uint8(0)",
@@ -173,6 +177,16 @@ MUTANTS = (
       "jax_softplus/_fe.py",
       "    low = lax.select(bits & np.int32(0x7FFFFF) == 0, 0.5 * ulp, ulp)",
       "    low = ulp", ("tests/test_highest_tpu.py",)),
+    M("float64 log1p's low-part series cut to its first term", "numerics",
+      "jax_softplus/_math64.py",
+      "+ fl * (1.0 - fh * (1.0 - fh * (1.0 - fh)))", "+ fl",
+      ("tests/test_float64.py", "tests/test_derivatives.py")),
+    M("float64 second derivatives' tanh coefficient loses its low word", "numerics",
+      "jax_softplus/_narrow.py",
+      "rh, rl = _words.mul2(y3, (c2[0], c2[1] + c2l))",
+      "rh, rl = _words.mul2(y3, (c2[0], c2[1]))",
+      ("tests/test_float64.py", "tests/test_derivatives.py",
+       "tests/test_higher_order.py")),
     M("TPU HIGHEST: inf * sigmoid of an overflowed t is NaN", "numerics",
       "jax_softplus/_highest32.py",
       "    keep = jnp.isinf(d) & (t < 0) & ~_math.sigmoid_is_zero(s, b)",
@@ -365,7 +379,7 @@ def markdown(results, seconds, machine_text, tier="full") -> str:
 
 def main(argv=None):
     sys.path.insert(0, str(ROOT))
-    from jax_softplus.tools._common import machine_line, output_dir
+    from tools._common import machine_line, output_dir
 
     p = argparse.ArgumentParser(
         prog="python maintainers/mutants.py", description=__doc__.split("\n\n")[0]

@@ -24,8 +24,8 @@ import jax
 import numpy as np
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.tools import _references as references
-from jax_softplus.tools._common import (
+from tools import _references as references
+from tools._common import (
     machine_line,
     output_dir,
     positive_int,

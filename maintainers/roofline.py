@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jax_softplus import softplus_backward, softplus_backward_inplace
-from jax_softplus.tools._common import (
+from tools._common import (
     DTYPES,
     comma_list,
     cpu_count,
@@ -65,7 +65,7 @@ from jax_softplus.tools._common import (
     print_rows,
     sample_data,
 )
-from jax_softplus.tools.bench import format_size, parse_size
+from tools.bench import format_size, parse_size
 
 _INSN = re.compile(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)")
 _VECTOR_REG = re.compile(r"\b([xyz]mm\d+|k[0-7])\b")

@@ -57,7 +57,7 @@ def record(directory, command, minutes, peak_gib, machine, date=None):
 
 def main(argv=None):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from jax_softplus.tools._common import machine_line, output_dir
+    from tools._common import machine_line, output_dir
 
     p = argparse.ArgumentParser(
         prog="python maintainers/timed.py", description=__doc__.split("\n\n")[0]

@@ -15,7 +15,7 @@ import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
-from jax_softplus.tools import _common
+from tools import _common
 
 # Scripts run in subprocesses by the tests, not test modules.
 collect_ignore = ["scripts"]

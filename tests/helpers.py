@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_softplus.tools._references import backward_ref, softplus_ref, ulp_error
+from tools._references import backward_ref, softplus_ref, ulp_error
 
 __all__ = [
     "FORWARD_MODE",

@@ -4,8 +4,8 @@ with the same tool that produces docs/accuracy.md."""
 import numpy as np
 import pytest
 
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import accuracy
+from tools import _references as references
+from tools import accuracy
 
 BOUND = {"f32": 2.5, "bf16": 1.0, "f16": 1.0}
 
@@ -262,7 +262,7 @@ def test_float64_cells_with_the_search(capsys, x64):
 def test_the_local_search_walks_to_a_worse_neighbour():
     # A planted error that grows towards src = 1 + 2**20 ulps: the search
     # from a point 2**20 ulps away finds the peak's neighbourhood.
-    from jax_softplus.tools import _search
+    from tools import _search
 
     peak = _search.step(np.float64([1.0]), 1 << 21, np.float64)[0]
 

@@ -22,7 +22,7 @@ from jax_softplus import (
     softplus_backward,
     softplus_backward_inplace,
 )
-from jax_softplus.tools._references import LOWEST_ULPS, normal_exact, sigmoid_ref
+from tools._references import LOWEST_ULPS, normal_exact, sigmoid_ref
 
 N = 20_000
 

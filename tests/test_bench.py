@@ -5,7 +5,7 @@ import json
 import pytest
 from helpers import FORWARD_MODE
 
-from jax_softplus.tools import bench
+from tools import bench
 
 
 @pytest.mark.tools

@@ -20,7 +20,7 @@ import pytest
 from helpers import seed_of, ulp_error
 
 from jax_softplus import softplus, softplus_backward
-from jax_softplus.tools import _references as references
+from tools import _references as references
 
 BETAS = (1.0, 1.7, -2.5, 0.1)
 BOUND = 4.0  # ulps, float32 and float64 alike

@@ -4,7 +4,7 @@ exhaustive.json), and every measured figure quoted in prose (a ratio, a
 share, an error in ulps, a time) is one the tables hold.
 
 A bound below a measured maximum fails here: rerun
-`python -m jax_softplus.tools.accuracy --tables docs/tables` and quote what
+`python -m tools.accuracy --tables docs/tables` and quote what
 it measured. A figure no table holds fails too: include the table's
 fragment, or quote the table.
 """
@@ -258,7 +258,7 @@ def test_the_docs_are_plain_text():
 
 
 def test_the_tables_measure_every_derivative_in_both_dtypes_and_beta_ranges():
-    from jax_softplus.tools import accuracy
+    from tools import accuracy
 
     want = {
         (d[0], dt, b, platform)
@@ -289,7 +289,7 @@ def _cells():
 
 
 def test_the_tables_measure_highest_on_every_platform_with_float64():
-    from jax_softplus.tools import accuracy
+    from tools import accuracy
 
     measured = {
         (r["op"], r["dtype"], r["platform"])

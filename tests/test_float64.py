@@ -15,8 +15,8 @@ from helpers import seed_of
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.testing import lowered_as
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import _routes as routes
+from tools import _references as references
+from tools import _routes as routes
 
 BOUND = 1.5  # ulps: the issue's, for values
 # First and second derivatives: the level they reach (0.67 at worst in

@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.testing import lowered_as
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import _routes as derivatives
+from tools import _references as references
+from tools import _routes as derivatives
 
 # Each example costs mpmath references over routes and platforms: 2 here,
 # 6 in CI's profile (tests/conftest.py).

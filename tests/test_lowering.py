@@ -205,7 +205,7 @@ def test_training_step_fuses_like_jax_nn_softplus():
     # The op's forward and backward join the neighbouring fusions: no extra
     # fusion, copy or custom call compared with the same step on
     # jax.nn.softplus. On the CPU; see the mark for the GPU.
-    from jax_softplus.tools.bench import mlp_step, train_step_activations
+    from tools.bench import mlp_step, train_step_activations
 
     counts = {}
     for name, act in train_step_activations().items():
@@ -276,7 +276,7 @@ _FLOAT16_PENALTY = ("float16", "gradient penalty (d/dbeta of |grad_x|^2)")
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16, jnp.float16))
 def test_every_derivative_route_has_at_most_the_formulas_temporaries(dtype):
-    from jax_softplus.tools import bench
+    from tools import bench
 
     n = 1 << 16
     x = jnp.linspace(-3.0, 3.0, n).astype(dtype)

@@ -12,8 +12,8 @@ from helpers import dtype_id
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.testing import lowered_as
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import _routes as routes
+from tools import _references as references
+from tools import _routes as routes
 
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
 # Relative error allowed against the exact value of the unmasked element:

@@ -81,7 +81,7 @@ SCRIPTS = {
     "examples/per_example_grads.py": ({}, [["--bogus"]]),
     "examples/sharded.py": ({}, [["--bogus"]]),
     "examples/shard_map_beta.py": ({}, [["--bogus"]]),
-    "jax_softplus.tools.bench": (
+    "tools.bench": (
         {
             "--sizes": SIZES,
             "--dtypes": LISTS + ("f64",),
@@ -99,7 +99,7 @@ SCRIPTS = {
         # Nothing to measure.
         [["--sizes", "none"]],
     ),
-    "jax_softplus.tools.accuracy": (
+    "tools.accuracy": (
         {
             "-n": COUNTS,
             "--n64": COUNTS,
@@ -114,7 +114,7 @@ SCRIPTS = {
         },
         [],
     ),
-    "jax_softplus.tools.specials": ({"--tables": OUT_DIRS}, [["--bogus"]]),
+    "tools.specials": ({"--tables": OUT_DIRS}, [["--bogus"]]),
     "maintainers/derivative_search.py": (
         {
             "--budget": COUNTS,

@@ -15,8 +15,8 @@ from jax import export
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
 from jax_softplus import testing as jst
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import _routes as routes
+from tools import _references as references
+from tools import _routes as routes
 
 F32 = jnp.float32
 SPEC = jax.ShapeDtypeStruct((8,), F32)

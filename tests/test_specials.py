@@ -2,7 +2,7 @@
 derivative returns at +-inf, NaN, -0.0, beta = 0, a subnormal beta (concrete
 and traced alike) and an infinite diff_dst; each cell is checked here in
 float32 and float64, with beta concrete and traced
-(`jax_softplus.tools.specials`)."""
+(`tools.specials`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jax_softplus import softplus, softplus_backward, softplus_backward_inplace
-from jax_softplus.tools import specials
+from tools import specials
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "docs" / "tables" / "specials.md"

@@ -1,4 +1,4 @@
-"""Special inputs: `python -m jax_softplus.tools.specials`.
+"""Special inputs: `python -m tools.specials`.
 
 What every derivative returns where the answer is a limit or a convention.
 
@@ -32,9 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import _routes as derivatives
-from jax_softplus.tools._common import machine, machine_line, output_dir, require, x64
+from tools import _references as references
+from tools import _routes as derivatives
+from tools._common import machine, machine_line, output_dir, require, x64
 
 INF, NAN = math.inf, math.nan
 LN2 = math.log(2.0)
@@ -467,7 +467,7 @@ def expected_tables():
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.tools.specials",
+        prog="python -m tools.specials",
         description=__doc__.split("\n\n")[0],
     )
     p.add_argument(
@@ -478,8 +478,7 @@ def main(argv=None):
     require("mpmath", "the specials table", p)
     text, failures = tables()
     where = (
-        f"Checked on {machine_line(machine())} by "
-        f"`python -m jax_softplus.tools.specials`, {HEADER}"
+        f"Checked on {machine_line(machine())} by `python -m tools.specials`, {HEADER}"
     )
     print(where + "\n\n" + text)
     if args.tables:

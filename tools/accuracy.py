@@ -1,4 +1,4 @@
-"""Accuracy measurement: `python -m jax_softplus.tools.accuracy`.
+"""Accuracy measurement: `python -m tools.accuracy`.
 
 Prints the max and mean error in ulps of the result's dtype, per op x dtype
 x beta x input region, for jax_softplus and, in the same run, for the
@@ -10,7 +10,7 @@ rounded inputs; a sample of it is checked against mpmath at 50 digits.
 Only inputs whose exact result is a normal number of the dtype count: XLA
 on CPU flushes subnormal results to zero.
 
-The references (`jax_softplus.tools._references`) are also what the test
+The references (`tools._references`) are also what the test
 suite measures against.
 """
 
@@ -33,10 +33,10 @@ import numpy as np
 
 from jax_softplus import softplus, softplus_backward
 from jax_softplus.testing import lowered_as
-from jax_softplus.tools import _references as references
-from jax_softplus.tools import _routes as derivatives
-from jax_softplus.tools import _search
-from jax_softplus.tools._common import (
+from tools import _references as references
+from tools import _routes as derivatives
+from tools import _search
+from tools._common import (
     DTYPES,
     comma_list,
     given_options,
@@ -55,7 +55,7 @@ from jax_softplus.tools._common import (
     torch_or_none,
     x64,
 )
-from jax_softplus.tools._references import _f64, backward_ref, softplus_ref, ulp_error
+from tools._references import _f64, backward_ref, softplus_ref, ulp_error
 
 BETAS = (1.0, 0.5, 3.0, -1.0, 0.1, 7.3, -2.5, 1.7)
 # float64 also at betas the kernels rebalance (|beta| beyond 2**512).
@@ -911,7 +911,7 @@ def write_tables(directory, results, derivative_rows, spot, n):
     where = (
         f"Measured on {machine_line(m)}, "
         f"{'torch ' + torch.__version__ if torch else 'PyTorch not installed'}; "
-        f"written by `python -m jax_softplus.tools.accuracy --tables {directory}`."
+        f"written by `python -m tools.accuracy --tables {directory}`."
     )
     n32, n64, nd = n
     if results:
@@ -1063,7 +1063,7 @@ QUICK = {"n": 20_000, "n64": 2_000, "nd": 500, "platforms": "cpu"}
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.tools.accuracy",
+        prog="python -m tools.accuracy",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="The docs' tables (--tables docs/tables --plot "

@@ -1,4 +1,4 @@
-"""Benchmark: `python -m jax_softplus.tools.bench`.
+"""Benchmark: `python -m tools.bench`.
 
 Every figure is a ratio to a floor timed in the same run, interleaved with
 the method it is compared to, in the same mode:
@@ -46,7 +46,7 @@ from jax_softplus import (
     softplus_backward_inplace,
 )
 from jax_softplus._softplus import MECHANISM
-from jax_softplus.tools._common import (
+from tools._common import (
     DTYPES,
     comma_list,
     cpu_count,
@@ -1040,7 +1040,7 @@ def _plot_scaling(ax2, scaling):
 # half-precision arithmetic is native.
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m jax_softplus.tools.bench",
+        prog="python -m tools.bench",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog=(
@@ -1318,9 +1318,7 @@ def _rerun_avx2(argv, tables):
     print("\nThe same with AVX2 code (XLA_FLAGS=--xla_cpu_max_isa=AVX2):", flush=True)
     import subprocess
 
-    subprocess.run(
-        [sys.executable, "-m", "jax_softplus.tools.bench", *rest], env=env, check=True
-    )
+    subprocess.run([sys.executable, "-m", "tools.bench", *rest], env=env, check=True)
 
 
 def _json(m, rows, derivative_rows=(), eager_rows=()):
