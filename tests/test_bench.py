@@ -260,3 +260,31 @@ def test_avx2_reruns_the_measurement_with_avx2_code(tmp_path):
     capped = (tmp_path / "avx2" / "bench.md").read_text().splitlines()[0]
     assert "AVX-512 code" in native
     assert "AVX2 (XLA_FLAGS --xla_cpu_max_isa=AVX2) code" in capped
+
+
+@pytest.mark.tools
+def test_compile_section_times_each_program_beside_the_formula(tmp_path, capsys):
+    bench.main(
+        ["--sizes", "none", "--compile", "--repeats", "1", "--no-torch",
+         "--tables", str(tmp_path)]
+    )  # fmt: skip
+    rows = json.loads((tmp_path / "bench.json").read_text())["compile"]
+    programs = {r["program"] for r in rows}
+    assert programs == {
+        "MLP train step",
+        "softplus_backward, float32[1K]",
+        "softplus, float32[1K]",
+    }
+    assert len(rows) == 9
+    for r in rows:
+        assert min(r["trace_ms"], r["lower_ms"], r["compile_ms"]) > 0
+        # The formula is the reference of its own ratio.
+        assert r["ratio"] > 0 and (r["method"] != bench.NAIVE or r["ratio"] == 1.0)
+    # HIGHEST lowers to more operations than the default, which lowers to
+    # more than the formula, for each op alone.
+    for program in programs - {"MLP train step"}:
+        ops = {r["method"]: r["ops"] for r in rows if r["program"] == program}
+        assert ops[bench.NAIVE] < ops["jax_softplus"] < ops["jax_softplus, HIGHEST"]
+    table = (tmp_path / "bench-compile.md").read_text()
+    assert table.startswith("Measured on ") and table.count("\n| ") == 10
+    assert "Trace, lower and compile" in capsys.readouterr().out

@@ -802,6 +802,119 @@ def bench_eager(repeats, progress, burst=200):
     return rows
 
 
+# Compile time ---------------------------------------------------------------
+# What the op adds to a user's compile: a training step traced, lowered and
+# compiled from fresh caches, beside the same step with the formula.
+
+
+@dataclass
+class CompileRow:
+    program: str
+    method: str
+    trace_ms: float  # medians over the rounds
+    lower_ms: float
+    compile_ms: float
+    ratio: float  # total over the formula's: the median of per-round ratios
+    ops: int  # StableHLO operations in the lowered module
+
+
+def _stablehlo_ops(lowered) -> int:
+    text = lowered.as_text()
+    return sum(text.count(f" = {d}.") for d in ("stablehlo", "chlo")) + text.count(
+        "stablehlo.return"
+    )
+
+
+def _compile_cases():
+    """program -> (method -> (jitted function, its arguments)): the MLP step
+    (256-512-512-10, batch 256, `jax.value_and_grad`) and each op alone on
+    1K float32 elements with beta traced, at both accuracies."""
+    highest = jax.lax.AccuracyMode.HIGHEST
+    activations = {
+        NAIVE: lambda h: jax.nn.softplus(1.7 * h) / 1.7,
+        "jax_softplus": lambda h: softplus(h, 1.7),
+        "jax_softplus, HIGHEST": lambda h: softplus(h, 1.7, accuracy=highest),
+    }
+    cases = {}
+    step_case = {}
+    for name, act in activations.items():
+        step, params, x, y = mlp_step(act, batch=256, sizes=(256, 512, 512, 10))
+        step_case[name] = (step, (params, x, y))
+    cases["MLP train step"] = step_case
+    x = jnp.linspace(-8.0, 8.0, 1024, dtype=jnp.float32)
+    b = jnp.float32(1.7)
+    cases["softplus_backward, float32[1K]"] = {
+        NAIVE: (jax.jit(naive_backward), (x, x, b)),
+        "jax_softplus": (jax.jit(softplus_backward), (x, x, b)),
+        "jax_softplus, HIGHEST": (
+            jax.jit(lambda s, d, b: softplus_backward(s, d, b, accuracy=highest)),
+            (x, x, b),
+        ),
+    }
+    cases["softplus, float32[1K]"] = {
+        NAIVE: (jax.jit(lambda x, b: jax.nn.softplus(b * x) / b), (x, b)),
+        "jax_softplus": (jax.jit(softplus), (x, b)),
+        "jax_softplus, HIGHEST": (
+            jax.jit(lambda x, b: softplus(x, b, accuracy=highest)),
+            (x, b),
+        ),
+    }
+    return cases
+
+
+def bench_compile(repeats, progress):
+    """Trace, lower and compile each case from fresh caches, the methods of a
+    program interleaved in each round, each first in turn."""
+    rows = []
+    for program, methods in _compile_cases().items():
+        times = {m: [] for m in methods}
+        ops = {}
+        order = list(methods)
+        for i in range(repeats):
+            progress(i)
+            # Each method first in turn: the first trace after clearing the
+            # caches also pays for jax.numpy's own.
+            for method in order[i % len(order) :] + order[: i % len(order)]:
+                fn, args = methods[method]
+                jax.clear_caches()
+                t0 = time.perf_counter()
+                traced = fn.trace(*args)
+                t1 = time.perf_counter()
+                lowered = traced.lower()
+                t2 = time.perf_counter()
+                lowered.compile()
+                t3 = time.perf_counter()
+                times[method].append((t1 - t0, t2 - t1, t3 - t2))
+                ops[method] = _stablehlo_ops(lowered)
+        base = np.array([sum(t) for t in times[NAIVE]])
+        for method, ts in times.items():
+            ts = np.array(ts)
+            rows.append(
+                CompileRow(
+                    program,
+                    method,
+                    *(float(v) * 1e3 for v in np.median(ts, axis=0)),
+                    float(np.median(ts.sum(axis=1) / base)),
+                    ops[method],
+                )
+            )
+    return rows
+
+
+def compile_markdown(rows) -> str:
+    out = [
+        "| program | method | trace ms | lower ms | compile ms | over the formula "
+        "| StableHLO ops |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r.program} | {r.method} | {r.trace_ms:.1f} | {r.lower_ms:.1f} "
+            f"| {r.compile_ms:.1f} | {r.ratio:.2f} | {r.ops} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def eager_markdown(rows) -> str:
     out = [
         "| call | jax_softplus µs | against µs | ratio | against |",
@@ -925,10 +1038,12 @@ def summary_markdown(rows) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_tables(directory, rows, m=None, derivative_rows=(), eager_rows=()):
+def write_tables(
+    directory, rows, m=None, derivative_rows=(), eager_rows=(), compile_rows=()
+):
     """The docs' tables: bench-summary.md (the lead table), bench.md (every
-    row), bench-derivatives.md and bench-eager.md where those sections ran,
-    and bench.json, each naming the machine."""
+    row), bench-derivatives.md, bench-eager.md and bench-compile.md where
+    those sections ran, and bench.json, each naming the machine."""
     os.makedirs(directory, exist_ok=True)
     m = m or machine()
     where = f"Measured on {machine_line(m, caches=True)}."
@@ -973,8 +1088,22 @@ def write_tables(directory, rows, m=None, derivative_rows=(), eager_rows=()):
                 "ratio: the median of per-round ratios.\n\n"
             )
             f.write(eager_markdown(eager_rows))
+    if compile_rows:
+        with open(os.path.join(directory, "bench-compile.md"), "w") as f:
+            f.write(
+                f"{where} Trace, lower and compile of a fresh `jax.jit` (JAX's "
+                "caches cleared before each), the methods interleaved in each "
+                "round: milliseconds, medians over the rounds; over the formula, "
+                "the median of per-round ratios of the totals. The formula: "
+                "`jax.nn.softplus(beta * x) / beta` and `dd * "
+                "jax.nn.sigmoid(beta * src)`; beta 1.7 (traced for the ops "
+                "alone). The MLP step: 256-512-512-10, batch 256, "
+                "`jax.value_and_grad`, parameters donated.\n\n"
+            )
+            f.write(compile_markdown(compile_rows))
     with open(os.path.join(directory, "bench.json"), "w") as f:
-        json.dump(_json(m, rows, derivative_rows, eager_rows), f, indent=1)
+        figures = _json(m, rows, derivative_rows, eager_rows, compile_rows)
+        json.dump(figures, f, indent=1)
 
 
 def plot(rows, path, machine_text=None):
@@ -1077,6 +1206,12 @@ def main(argv=None):
     )
     p.add_argument("--train-step", action="store_true", help="also time an MLP step")
     p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time tracing, lowering and compiling an MLP step and each op "
+        "(fresh caches), at both accuracies, beside the formula",
+    )
+    p.add_argument(
         "--derivatives",
         nargs="?",
         const="1M,16M",
@@ -1173,14 +1308,15 @@ def main(argv=None):
     total = len(jobs) * (2 if args.user_jit else 1)
     total += len(sizes) * len(dtypes) if args.fwd_bwd else 0
     total += bool(scaling) + bool(args.train_step) + bool(args.eager)
+    total += bool(args.compile)
     total += len(derivative_sizes) * len(dtypes) * len(DERIVATIVE_ROUTES)
     total += len(f64_sizes) * (len(betas) + 1)
     total += len(highest_sizes) * len(dtypes) + bool(highest_sizes)
     if not total:
         p.error(
             "nothing to measure: --sizes none leaves the sections asked for "
-            "(--scaling, --train-step, --eager, --derivatives, --float64, "
-            "--highest), and none was"
+            "(--scaling, --train-step, --eager, --compile, --derivatives, "
+            "--float64, --highest), and none was"
         )
     done = [0]
     started = time.perf_counter()
@@ -1263,6 +1399,10 @@ def main(argv=None):
     if args.eager:
         eager_rows = bench_eager(args.repeats, progress_for("eager calls"))
         done[0] += 1
+    compile_rows = []
+    if args.compile:
+        compile_rows = bench_compile(args.repeats, progress_for("compile time"))
+        done[0] += 1
     if tty:
         print("\r" + " " * 90 + "\r", end="", file=sys.stderr)
     m = machine()
@@ -1279,22 +1419,26 @@ def main(argv=None):
     if eager_rows:
         print("\nEager calls, per call:")
         print(eager_markdown(eager_rows))
+    if compile_rows:
+        print("\nTrace, lower and compile, from fresh caches:")
+        print(compile_markdown(compile_rows))
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump(_json(m, rows, derivative_rows, eager_rows), f, indent=1)
+            figures = _json(m, rows, derivative_rows, eager_rows, compile_rows)
+            json.dump(figures, f, indent=1)
     if args.markdown:
         os.makedirs(os.path.dirname(args.markdown) or ".", exist_ok=True)
         with open(args.markdown, "w") as f:
             f.write(markdown_table(rows))
     if args.tables:
-        write_tables(args.tables, rows, m, derivative_rows, eager_rows)
+        write_tables(args.tables, rows, m, derivative_rows, eager_rows, compile_rows)
     if args.plot:
         os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
         plot(rows, args.plot, machine_line(m))
     if args.avx2:
         _rerun_avx2(argv, args.tables)
-    return rows + derivative_rows + eager_rows
+    return rows + derivative_rows + eager_rows + compile_rows
 
 
 def _rerun_avx2(argv, tables):
@@ -1321,12 +1465,13 @@ def _rerun_avx2(argv, tables):
     subprocess.run([sys.executable, "-m", "tools.bench", *rest], env=env, check=True)
 
 
-def _json(m, rows, derivative_rows=(), eager_rows=()):
+def _json(m, rows, derivative_rows=(), eager_rows=(), compile_rows=()):
     return {
         "machine": m,
         "rows": [asdict(r) for r in rows],
         "derivatives": [asdict(r) for r in derivative_rows],
         "eager": [asdict(r) for r in eager_rows],
+        "compile": [asdict(r) for r in compile_rows],
     }
 
 
