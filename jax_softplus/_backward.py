@@ -75,9 +75,13 @@ def softplus_backward(
       ...                   beta=1.0000001, accuracy=highest)
       Array(8192., dtype=float32)
     """
-    host = _dispatch.host_backward_call(src, diff_dst, beta, accuracy)
-    if host is not None:
-        return host
+    if _dispatch.as_given(src, diff_dst):
+        # At the top level: the operands go into the op's jit as they are.
+        beta = _validate.unwrap(beta)
+        dtype = _validate.backward_dtype(src, diff_dst)
+        checked, hints = _validate.check_beta(beta, dtype, forward=False)
+        level = _validate.check_accuracy(accuracy, dtype)
+        return _dispatch.eager_backward(src, diff_dst, beta, checked, hints, level)
     *args, weak = _validated(src, diff_dst, beta, accuracy)
     out = _dispatch.backward_call(*args)
     return _compat.weakly_typed(out) if weak else out
@@ -213,9 +217,12 @@ def softplus_backward_inplace(
       >>> out, g.is_deleted()
       (Array([0.5, 0.5, 0.5], dtype=float32), True)
     """
-    fast = _dispatch.inplace_fast_call(src, diff_dst, beta, accuracy)
-    if fast is not None:
-        return fast
+    if _dispatch.two_arrays_alike(src, diff_dst):
+        # The usual eager call: the operands need no check of their own.
+        beta = _validate.unwrap(beta)
+        checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
+        level = _validate.check_accuracy(accuracy, src.dtype)
+        return _dispatch.eager_inplace(src, diff_dst, beta, checked, hints, level)
     # An nnx.Param's own array is donated, not a copy of it.
     src, diff_dst, beta = map(_validate.unwrap, (src, diff_dst, beta))
     *args, _ = _validated(src, diff_dst, beta, accuracy)

@@ -1,30 +1,23 @@
 """Dispatch: where a validated call runs, and where its beta lives.
 
-Three ways in, one primitive:
+Two ways in, one primitive:
 
 - **Traced** (inside `jit`, `vmap`, `grad`, `scan`, `checkify`, ..., or on
   arrays closed over by one): the op binds `softplus_backward_p` (or traces
   the forward kernel) into the surrounding computation.
-- **Eager, at the top level**: the op runs one of the library's own jits,
-  compiled with 512-bit CPU vectors, in one device call, with `beta` as an
-  argument on the device beside the data. Python numbers and NumPy values
-  go in as they are, to a jit keyed by their host metadata that checks and
-  promotes them on its tracers (`host_forward_call`, `host_backward_call`);
-  concrete JAX arrays to a jit keyed by dtype, layout and beta
-  (`array_forward_call`); anything else through the checks first (`call`).
-  This skips the Python of `bind` and JAX's dispatch (docs/benchmarks.md,
-  "Eager calls").
-- **The primitive's impl** (a direct `bind`, `disable_jit`, the op-by-op
-  re-run of `debug_nans`, eager transformations): JAX's own
-  `apply_primitive`, as for `lax.mul`. Under `debug_nans` it reports a NaN
-  as `FloatingPointError: invalid value (nan) encountered in
-  softplus_backward`, and it never re-enters the library's jits.
+- **Eager, at the top level**: the op runs one `jax.jit` per op, compiled
+  with 512-bit CPU vectors, in one device call, as `jax.nn.softplus` does.
+  JAX's own dispatch converts host values and keys its cache by dtype,
+  shape, layout and weak type; the checks of the data run on its tracers,
+  once per such key. `beta` is checked on the host (its value decides the
+  errors and the `BetaHints`, static arguments of the jit) and passed
+  beside the data, already on the device.
 
-A concrete beta's `BetaHints` (is `beta * x` exact? is `|beta|` moderate?)
-choose which steps the float32 kernel may skip. They reach only the eager
-executables, which are looked up by them on every call; anything handed to
-a user (`softplus_backward_inplace.lower`) is compiled without them, for
-any beta.
+A direct `bind`, `disable_jit`, the op-by-op re-run of `debug_nans` and eager
+transformations take JAX's own `apply_primitive`, as for `lax.mul`. Under
+`debug_nans` it reports a NaN as `FloatingPointError: invalid value (nan)
+encountered in softplus_backward`, and it never re-enters the library's
+jits.
 """
 
 from __future__ import annotations
@@ -84,375 +77,114 @@ def is_eager(*values: Any) -> bool:
     return not any(map(_compat.is_tracer, values)) and _compat.trace_state_clean()
 
 
-def call(
-    eager,
-    traced,
-    data: tuple,
-    beta: Any,
-    checked: Any,
-    hints: BetaHints,
-    accuracy: str | None = None,
-):
-    """Run an op on validated operands.
-
-    At the top level `eager(*data, placed_beta, hints=hints,
-    accuracy=accuracy)`, one of the library's own jits; inside a trace
-    `traced(*data, checked, hints, accuracy)`. `beta` is what the caller
-    passed, `checked` its validated value; `accuracy` is checked too (None
-    or "highest").
-    """
-    if is_eager(*data, checked):
-        placed = place_beta(beta, checked, data[-1])
-        return eager_jit(eager, hints, accuracy)(*data, placed)
-    return traced(*data, checked, hints, accuracy)
+def as_given(*values: Any) -> bool:
+    """Whether an eager call may pass `values` into its jit as they are: live
+    real JAX arrays, NumPy arrays and scalars of a real dtype, and Python
+    ints and floats, at the top level. JAX converts the host ones; the
+    checks run on the tracers. Anything else is checked and converted
+    first (and complex x takes `jax.nn.softplus`'s formula)."""
+    for v in values:
+        kind = type(v)
+        if kind is _compat.ArrayImpl:
+            if v.dtype.kind == "c" or v.is_deleted():
+                return False  # the checks say it was donated
+        elif kind is not float and kind is not int:
+            if not isinstance(v, (np.ndarray, np.generic)):
+                return False
+            dtype = v.dtype
+            if dtype.kind not in "biuf" and dtype not in _validate.ALL_DATA_DTYPES:
+                return False  # complex, strings, ...: the checks say why
+    return _compat.trace_state_clean()
 
 
-# The library's jits of its top-level calls, one per (function, hints,
-# accuracy): a call passes dynamic arguments only, the fastest way through
-# JAX's dispatch, and every eager route shares the executables.
-_EAGER_JITS: dict = {}
+def two_arrays_alike(src: Any, diff_dst: Any) -> bool:
+    """Whether `src` and `diff_dst` are two live, strongly typed JAX arrays
+    of one dtype that the op takes, one shape and one layout, on two
+    buffers, at the top level: what `check_operands` would take as they
+    are, and what `inplace_call` runs without moving or relaying out."""
+    if type(src) is not _compat.ArrayImpl or type(diff_dst) is not _compat.ArrayImpl:
+        return False
+    aval = diff_dst.aval  # dtype, shape and weak type in one comparison
+    return (
+        src is not diff_dst
+        and not aval.weak_type
+        and src.aval == aval
+        and aval.dtype in _validate.ALL_DATA_DTYPES
+        and not src.is_deleted()
+        and not diff_dst.is_deleted()
+        and (src.sharding is diff_dst.sharding or src.sharding == diff_dst.sharding)
+        and not _one_buffer(src, diff_dst)
+        and _compat.trace_state_clean()
+    )
 
 
-def eager_jit(fun, hints: BetaHints, accuracy: str | None = None):
-    """The library's jit of `fun` with `hints` and `accuracy` fixed (wide
-    CPU vectors)."""
-    key = (fun, hints, accuracy)
-    jitted = _EAGER_JITS.get(key)
-    if jitted is None:
-        fixed = functools.partial(fun, hints=hints, accuracy=accuracy)
-        jitted = _EAGER_JITS[key] = own_jit(fixed)
-    return jitted
+# Eager calls ---------------------------------------------------------------
 
 
-def _default_beta_jit(fun, hints: BetaHints, accuracy: str | None, dtype):
-    """`eager_jit(fun, ...)` with beta = 1 (the default) fixed in, of the
-    data alone: each array argument costs the dispatch about a microsecond,
-    a quarter of the eager overhead over `jax.nn.softplus` (Zen 4). The
-    kernels read beta behind a barrier, so a constant one gives the bits of
-    a passed one."""
-    key = (fun, hints, accuracy, "beta = 1", np.dtype(dtype))
-    jitted = _EAGER_JITS.get(key)
-    if jitted is None:
-        one = np.asarray(1, dtype)
-
-        def fixed(*data):
-            return fun(*data, one, hints=hints, accuracy=accuracy)
-
-        jitted = _EAGER_JITS[key] = own_jit(fixed)
-    return jitted
-
-
-def _entry(fun, hints, accuracy, checked, place):
-    """(jit, beta as passed) for an eager fast path's cache: the jit of the
-    data alone and None for the default beta, else `eager_jit` and the
-    placed beta (`place(checked)`)."""
-    if checked == 1:
-        return _default_beta_jit(fun, hints, accuracy, checked.dtype), None
-    return eager_jit(fun, hints, accuracy), place(checked)
-
-
-def backward_call(src, diff_dst, beta, checked, hints, accuracy=None):
-    """`softplus_backward` on validated operands."""
-    return call(bind, bind, (src, diff_dst), beta, checked, hints, accuracy)
-
-
-# Eager calls on host values -----------------------------------------------------
-# A Python number or a NumPy value goes into the library's jit as it is: JAX's
-# own argument handling converts it, in the one dispatch of the call (as for
-# `jax.nn.softplus`), and the checks and promotion run on its tracer, once per
-# input type. beta is checked on the host first (its hints are static) and
-# passed as a Python float, which the jit takes without a copy of its own.
-
-_PY_NUMBERS = (bool, int, float)
-
-
-def _fast_beta(beta: Any, dtype: Any = None, forward: bool = False) -> Any:
-    """beta as the fast paths take it, or None for the checked path: a
-    Python float or int as it is, and a NumPy integer or float scalar as
-    the Python number of its value, which the checks give the same bits,
-    dtype and errors (a `np.float32` beta took the checked path: 2.3x the
-    time of a Python float's call at 1K elements, Zen 5). With the data's
-    `dtype`, where it is one the kernels take, a concrete JAX scalar too, as
-    its checked value (the checks read each array once,
-    `_validate.check_beta`; they raise here what they raise there). Bools
-    and other arrays take the checked path."""
-    kind = type(beta)
-    if kind is float or kind is int:
-        return beta
-    if isinstance(beta, (np.floating, np.integer)):  # np.bool_ is neither
-        value = beta.item()
-        if type(value) in (float, int):  # not a float128's np.longdouble
-            return value
-    if kind is _compat.ArrayImpl and dtype in _validate.data_dtypes():
-        return float(_validate.check_beta(beta, dtype, forward=forward)[0])
-    return None
-
-
-def _fast_accuracy(accuracy: Any) -> bool:
-    """Whether the fast paths take this `accuracy` as a cache key: None or
-    an AccuracyMode (a Tolerance takes the checked path)."""
-    return accuracy is None or isinstance(accuracy, jax.lax.AccuracyMode)
-
-
-def _host_kind(value: Any) -> Any:
-    """What the host path keys a value by: ("python", its type) for a Python
-    number, ("numpy", its dtype) for a NumPy array or scalar; None for
-    anything else (JAX arrays, containers, strings), which the checked path
-    takes. A NumPy dtype the path cannot take is told apart on the first
-    call (`host_forward_call`). (A NumPy dtype compares equal to a Python
-    type: the two are kept apart.)"""
-    kind = type(value)
-    if kind in _PY_NUMBERS:
-        return ("python", kind)
-    if kind is np.ndarray or isinstance(value, np.generic):
-        return ("numpy", value.dtype)
-    return None
-
-
-@functools.lru_cache(maxsize=128)
-def _host_data_dtype(kind: Any, x64: bool) -> np.dtype:
-    """The dtype `softplus` computes a host value of this kind in (its
-    promotion, read off the checks themselves)."""
-    del x64  # part of the key: canonical dtypes depend on it
-    source, of = kind
-    if source == "python":
-        spec = jax.ShapeDtypeStruct((), jnp.asarray(of(0)).dtype, weak_type=True)
-    else:
-        spec = jax.ShapeDtypeStruct((), of)
-    out = jax.eval_shape(lambda v: _validate.check_forward_operand(v)[0], spec)
-    return np.dtype(out.dtype)
-
-
-def _host_forward(x, beta, *, hints, accuracy):
+def _eager_forward(x, beta, *, hints, accuracy):
+    """softplus of x as given, beta checked: the eager jit's body."""
     x, weak = _validate.check_forward_operand(x)
     beta = jax.lax.convert_element_type(beta, _validate.compute_dtype(x.dtype))
     out = _forward.value(x, beta, hints, accuracy)
     return _compat.weakly_typed(out) if weak else out
 
 
-# (input kind, beta, x64) -> (jit, beta as it is passed): one lookup for
-# what the checks of beta decide, made once per value (up to the bound).
-_HOST_FORWARD: dict = {}
-_CACHE_BOUND = 1024
-
-
-def _host_beta(checked, default_device):
-    """beta for a host value's call: a device copy where the value will go
-    (a Python float is converted on every call, a device array is not), or
-    the float where that device cannot be told."""
-    device = default_device
-    if device is None:
-        device = jax.local_devices()[0]
-    if not isinstance(device, jax.Device):
-        return float(checked)  # a platform name: JAX picks the device
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    return _placed(float(checked), checked.dtype, sharding)
-
-
-def _remember(cache, key, value):
-    if len(cache) >= _CACHE_BOUND:
-        cache.clear()
-    cache[key] = value
-    return value
-
-
-def host_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
-    """`softplus(x, beta)` at the top level for a host `x` and a Python or
-    NumPy number `beta`, in one dispatch; None where the checked path must
-    run."""
-    kind, beta = _host_kind(x), _fast_beta(beta)
-    if kind is None or beta is None or not _fast_accuracy(accuracy):
-        return None
-    key = (kind, beta, accuracy, _compat.x64_enabled(), _compat.default_device())
-    hit = _HOST_FORWARD.get(key)
-    if hit is None:
-        if kind[0] == "numpy" and not _validate.real_dtype(kind[1]):
-            return None  # complex, strings...: the checked path says why
-        dtype = _host_data_dtype(kind, bool(key[3]))
-        checked, hints = _validate.check_beta(beta, dtype, forward=True)
-        level = _validate.check_accuracy(accuracy, dtype)
-        entry = _entry(
-            _host_forward, hints, level, checked, lambda c: _host_beta(c, key[4])
-        )
-        hit = _remember(_HOST_FORWARD, key, entry)
-    if not _compat.trace_state_clean():
-        return None
-    fun, placed = hit
-    return fun(x) if placed is None else fun(x, placed)
-
-
-# (dtype, sharding, beta, x64) -> (jit, placed beta), for a live, strongly
-# typed JAX array of a kernel dtype: the checks it needs are one lookup.
-_ARRAY_FORWARD: dict = {}
-
-
-def _default_forward(x):
-    """softplus(x) at the default beta and accuracy, traced."""
-    if _validate.is_complex(x):
-        return jax.nn.softplus(x)  # what `softplus` gives complex x at beta 1
-    x, weak = _validate.check_forward_operand(x)
-    checked, hints = _validate.check_beta(1.0, x.dtype, forward=True)
-    beta = jax.lax.convert_element_type(checked, checked.dtype)
-    out = _forward.value(x, beta, hints, None)
-    return _compat.weakly_typed(out) if weak else out
-
-
-# One jit for `softplus(x)`, as `jax.nn.softplus(x)` is: its own C++
-# dispatch keys it by dtype, shape, layout and weak type (and converts a
-# host value), so the call costs what jax.nn.softplus's does and a few
-# checks more (0.3 of that call was Python lookups before, on a Zen 4).
-_DEFAULT_FORWARD = own_jit(_default_forward)
-
-
-def default_forward_call(x: Any) -> Any:
-    """`softplus(x)` (default beta and accuracy) at the top level for a live
-    JAX array, a Python float, or a NumPy number or array; None otherwise
-    (the checked path says what is wrong with anything else)."""
-    kind = type(x)
-    if kind is _compat.ArrayImpl:
-        if x.is_deleted():
-            return None
-    elif kind is not float and (
-        not isinstance(x, (np.ndarray, np.generic)) or x.dtype.kind not in "biufc"
-    ):
-        return None
-    if not _compat.trace_state_clean() or _compat.jit_disabled():
-        return None
-    return _DEFAULT_FORWARD(x)
-
-
-def array_forward_call(x: Any, beta: Any, accuracy: Any = None) -> Any:
-    """`softplus(x, beta)` at the top level for a JAX array that the kernel
-    takes as it is and a Python or NumPy number `beta`; None otherwise. The
-    common case is one dict lookup before the call."""
-    if type(x) is not _compat.ArrayImpl or x.weak_type:
-        return None
-    beta = _fast_beta(beta, x.dtype, forward=True)
-    if beta is None:
-        return None
-    if not _fast_accuracy(accuracy):
-        return None
-    hit = _array_hit(_ARRAY_FORWARD, x, beta, accuracy, _forward.value, True)
-    if hit is None or x.is_deleted() or not _compat.trace_state_clean():
-        return None
-    fun, placed = hit
-    return fun(x) if placed is None else fun(x, placed)
-
-
-def _array_hit(cache, x, beta, accuracy, fun, forward):
-    """An array path's (jit, placed beta) for `x`'s dtype and layout, made
-    on the first call (None where the checked path must run). Keyed without
-    the layout, which is checked against the entry's (by identity first: a
-    sharding's hash costs as much as the rest of the lookup)."""
-    key = (x.dtype, beta, _compat.x64_enabled(), accuracy)
-    hit = cache.get(key)
-    sharding = x.sharding
-    if hit is not None and (hit[0] is sharding or hit[0] == sharding):
-        return hit[1]
-    full = (x.dtype, sharding, *key[1:])
-    entry = _array_entry(cache, full, fun, forward)
-    if entry is not None:
-        _remember(cache, key, (sharding, entry))
-    return entry
-
-
-def _array_entry(cache, key, fun, forward):
-    """(the library's jit of `fun`, beta placed beside the data) for an
-    array path's full key (dtype, sharding, beta, x64, accuracy), kept in
-    `cache` under it too (a layout that alternates with another keeps its
-    entry); None where the checked path must run."""
-    hit = cache.get(key)
-    if hit is not None:
-        return hit
-    dtype, sharding, beta, _, accuracy = key
-    if dtype not in _validate.data_dtypes():
-        return None
-    scalar = _scalar_sharding(sharding)
-    if scalar is None:
-        return None
-    checked, hints = _validate.check_beta(beta, dtype, forward=forward)
-    level = _validate.check_accuracy(accuracy, dtype)
-    entry = _entry(
-        fun, hints, level, checked, lambda c: _placed(float(c), c.dtype, scalar)
-    )
-    return _remember(cache, key, entry)
-
-
-def _host_backward(src, diff_dst, beta, *, hints, accuracy):
+def _eager_backward(src, diff_dst, beta, *, hints, accuracy):
+    """softplus_backward of the operands as given: the eager jit's body."""
     src, diff_dst, weak = _validate.check_operands(src, diff_dst)
     beta = jax.lax.convert_element_type(beta, _validate.compute_dtype(src.dtype))
     out = bind(src, diff_dst, beta, hints, accuracy)
     return _compat.weakly_typed(out) if weak else out
 
 
-_HOST_BACKWARD: dict = {}
+_STATIC = ("hints", "accuracy")
+_FORWARD = own_jit(_eager_forward, static_argnames=_STATIC)
+_BACKWARD = own_jit(_eager_backward, static_argnames=_STATIC)
 
 
-def host_backward_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None) -> Any:
-    """`softplus_backward` at the top level for two NumPy arrays of one
-    float dtype and shape, or two Python floats, and a Python or NumPy
-    number beta (or for two JAX arrays, a concrete JAX scalar too), in one
-    dispatch; None where the checked path must run (it gives mixed operands
-    their dtypes and errors)."""
-    kind = type(src)
-    if kind is not type(diff_dst):
-        return None
-    dtype = src.dtype if kind is _compat.ArrayImpl else None
-    beta = _fast_beta(beta, dtype)
-    if beta is None:
-        return None
-    if not _fast_accuracy(accuracy):
-        return None
-    if kind is _compat.ArrayImpl:
-        return _array_backward_call(src, diff_dst, beta, accuracy)
-    if kind is np.ndarray:
-        if src.dtype != diff_dst.dtype or src.shape != diff_dst.shape:
-            return None
-        of = src.dtype
-    elif kind is float:
-        of = float
-    else:
-        return None
-    key = (kind, of, beta, accuracy, _compat.x64_enabled(), _compat.default_device())
-    hit = _HOST_BACKWARD.get(key)
-    if hit is None:
-        dtype = jax.dtypes.canonicalize_dtype(of)
-        if dtype not in _validate.data_dtypes():
-            return None
-        checked, hints = _validate.check_beta(beta, dtype, forward=False)
-        level = _validate.check_accuracy(accuracy, dtype)
-        entry = _entry(
-            _host_backward, hints, level, checked, lambda c: _host_beta(c, key[5])
-        )
-        hit = _remember(_HOST_BACKWARD, key, entry)
-    if not _compat.trace_state_clean():
-        return None
-    fun, placed = hit
-    return fun(src, diff_dst) if placed is None else fun(src, diff_dst, placed)
+def _default_forward(x):
+    """softplus(x) at the default beta and accuracy."""
+    dtype = _validate.forward_dtype(x)
+    checked, hints = _validate.check_beta(1.0, dtype, forward=True)
+    return _eager_forward(x, checked, hints=hints, accuracy=None)
 
 
-# (dtype, sharding, beta, x64) -> (jit, placed beta), for two live, strongly
-# typed JAX arrays of one kernel dtype, shape and layout.
-_ARRAY_BACKWARD: dict = {}
+# `softplus(x)` as `jax.nn.softplus(x)` is: one jit of x alone (each argument
+# costs the dispatch about a microsecond; the kernels read beta behind a
+# barrier, so a constant one gives a passed one's bits).
+_DEFAULT_FORWARD = own_jit(_default_forward)
 
 
-def _array_backward_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any) -> Any:
-    """`host_backward_call` for two concrete JAX arrays; one lookup."""
-    if (
-        src.weak_type
-        or diff_dst.weak_type
-        or src.dtype != diff_dst.dtype
-        or src.shape != diff_dst.shape
-        or src.sharding != diff_dst.sharding
-    ):
-        return None
-    hit = _array_hit(_ARRAY_BACKWARD, src, beta, accuracy, bind, False)
-    if hit is None:
-        return None
-    if src.is_deleted() or diff_dst.is_deleted() or not _compat.trace_state_clean():
-        return None
-    fun, placed = hit
-    return fun(src, diff_dst) if placed is None else fun(src, diff_dst, placed)
+def default_forward_call(x: Any) -> jax.Array:
+    """`softplus(x)` at the top level, for an `x` that `as_given` takes."""
+    return _DEFAULT_FORWARD(x)
+
+
+def eager_forward(x, beta, checked, hints, accuracy=None):
+    """`softplus` at the top level, for an `x` that `as_given` takes."""
+    placed = place_beta(beta, checked, x)
+    return _FORWARD(x, placed, hints=hints, accuracy=accuracy)
+
+
+def eager_backward(src, diff_dst, beta, checked, hints, accuracy=None):
+    """`softplus_backward` at the top level, for operands that `as_given`
+    takes."""
+    placed = place_beta(beta, checked, diff_dst, src)
+    return _BACKWARD(src, diff_dst, placed, hints=hints, accuracy=accuracy)
+
+
+def forward_call(x, beta, checked, hints, traced, accuracy=None):
+    """`softplus` on validated operands; `traced` is its custom_vjp."""
+    if is_eager(x, checked):
+        return eager_forward(x, beta, checked, hints, accuracy)
+    return traced(x, checked, hints, accuracy)
+
+
+def backward_call(src, diff_dst, beta, checked, hints, accuracy=None):
+    """`softplus_backward` on checked operands (as `forward_call`'s)."""
+    if is_eager(src, diff_dst, checked):
+        return eager_backward(src, diff_dst, beta, checked, hints, accuracy)
+    return bind(src, diff_dst, checked, hints, accuracy)
 
 
 # In place --------------------------------------------------------------------
@@ -627,61 +359,6 @@ def _run_inplace(plan, operands, diff_dst, placed):
     return out
 
 
-# (dtype, beta, x64, accuracy) -> (sharding, (plan, placed beta)), for two distinct,
-# live, strongly typed JAX arrays of one kernel dtype, shape and layout: the
-# in-place op's checks are one lookup, as the other ops' are.
-_ARRAY_INPLACE: dict = {}
-
-
-def inplace_fast_call(src: Any, diff_dst: Any, beta: Any, accuracy: Any = None) -> Any:
-    """`softplus_backward_inplace` at the top level for two distinct, live,
-    strongly typed JAX arrays of one kernel dtype, shape and layout and a
-    Python or NumPy number or a JAX scalar beta, in one dispatch (the
-    checked path took 8.6 us per call at 1K float32 elements, a donated jit
-    of the naive formula 5.1 us, Zen 5); None where the checked path must
-    run. It runs what `inplace_call` runs (`_inplace_plan`, `_run_inplace`)."""
-    if (
-        type(src) is not _compat.ArrayImpl
-        or type(diff_dst) is not _compat.ArrayImpl
-        or src is diff_dst
-        or not _fast_accuracy(accuracy)
-    ):
-        return None
-    aval = diff_dst.aval  # dtype, shape and weak type in one comparison
-    if aval.weak_type or src.aval != aval or _one_buffer(src, diff_dst):
-        return None
-    beta = _fast_beta(beta, aval.dtype)
-    if beta is None:
-        return None
-    sharding = diff_dst.sharding
-    if src.sharding is not sharding and src.sharding != sharding:
-        return None
-    key = (diff_dst.dtype, beta, _compat.x64_enabled(), accuracy)
-    hit = _ARRAY_INPLACE.get(key)
-    if hit is None or (hit[0] is not sharding and hit[0] != sharding):
-        entry = _inplace_entry(diff_dst, beta, accuracy)
-        if entry is None:
-            return None
-        hit = _remember(_ARRAY_INPLACE, key, (sharding, entry))
-    if src.is_deleted() or diff_dst.is_deleted() or not _compat.trace_state_clean():
-        return None
-    plan, placed = hit[1]
-    return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
-
-
-def _inplace_entry(data, beta, accuracy):
-    """`inplace_fast_call`'s cache entry for data like `data`, or None
-    where the checked path must run (a dtype or layout it does not take)."""
-    dtype = data.dtype
-    scalar = _scalar_sharding(data.sharding)
-    if dtype not in _validate.data_dtypes() or scalar is None:
-        return None
-    checked, hints = _validate.check_beta(beta, dtype, forward=False)
-    level = _validate.check_accuracy(accuracy, dtype)
-    placed = _placed(float(checked), checked.dtype, scalar)
-    return _inplace_plan(_inplace_jit, data, hints, level), placed
-
-
 def inplace_call(
     src, diff_dst, beta, checked, hints, accuracy=None, *, converted=False
 ):
@@ -706,6 +383,15 @@ def inplace_call(
     diff_dst = _follow_src(src, diff_dst)
     layout = _layout(src, diff_dst)
     plan = _inplace_plan(_inplace_jit, diff_dst, hints, accuracy, layout)
+    return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
+
+
+def eager_inplace(src, diff_dst, beta, checked, hints, accuracy=None):
+    """`inplace_call` for operands that `two_arrays_alike` takes: nothing
+    to move, relayout or copy first."""
+    # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
+    placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
+    plan = _inplace_plan(_inplace_jit, diff_dst, hints, accuracy)
     return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
 
 
@@ -756,31 +442,13 @@ def inplace_lower(src, diff_dst, checked, accuracy=None):
     return jitted.lower(src, diff_dst, checked, **static)
 
 
-def forward_call(x, beta, checked, hints, traced, accuracy=None):
-    """`softplus` on validated operands; `traced` is its custom_vjp."""
-    return call(_forward.value, traced, (x,), beta, checked, hints, accuracy)
-
-
-def clear_caches() -> None:
-    """Forget every plan the eager paths made: which jit runs a call
-    depends on the platform being lowered for (`testing.lowered_as`)."""
-    for cache in (_HOST_FORWARD, _ARRAY_FORWARD, _HOST_BACKWARD, _ARRAY_BACKWARD):
-        cache.clear()
-    _ARRAY_INPLACE.clear()
-
-
 def cache_sizes() -> dict[str, int]:
     """Executables held by the library's own jits, by name (for tests)."""
-    names = {
-        bind: "backward",
-        _forward.value: "forward",
-        _host_forward: "host_forward",
-        _host_backward: "host_backward",
+    sizes = {
+        "forward": _FORWARD._cache_size(),
+        "backward": _BACKWARD._cache_size(),
+        "default_forward": _DEFAULT_FORWARD._cache_size(),
     }
-    sizes = dict.fromkeys(names.values(), 0)
-    for (fun, *_), jitted in _EAGER_JITS.items():
-        sizes[names[fun]] += jitted._cache_size()
-    sizes["default_forward"] = _DEFAULT_FORWARD._cache_size()
     for name, own in (("inplace", _inplace_jit), ("inplace_self", _inplace_self_jit)):
         twins = (own, _HIGHEST_JITS[own], _OVER[own])
         sizes[name] = sum(jitted._cache_size() for jitted in twins)
@@ -793,7 +461,7 @@ def cache_sizes() -> dict[str, int]:
 def _scalar_sharding(sharding: Any) -> Any:
     """Where a scalar operand of an op on data laid out as `sharding` goes:
     the same device, or replicated over the same mesh; None otherwise."""
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    if type(sharding) is jax.sharding.SingleDeviceSharding:
         return sharding
     if isinstance(sharding, jax.sharding.NamedSharding):
         return jax.sharding.NamedSharding(
@@ -809,27 +477,44 @@ def _scalar_sharding(sharding: Any) -> Any:
 # on an AMD EPYC Zen 4, jax 0.10.2), and that implicit transfer is an error
 # under jax.transfer_guard("disallow"), which JAX's own ops pass.
 @functools.lru_cache(maxsize=256)
-def _placed(value: float, dtype: np.dtype, sharding: Any) -> jax.Array:
+def _placed(value: float, dtype: np.dtype, where: Any) -> jax.Array:
+    """beta on a device (uncommitted) or on a mesh (`where`, a device or a
+    sharding)."""
     host = np.asarray(value, dtype)
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    if isinstance(where, jax.sharding.SingleDeviceSharding):
+        where = next(iter(where.device_set))
+    if isinstance(where, jax.Device):
         # Uncommitted, as a host scalar is: the result is then committed to
         # the device only if the data is.
-        with jax.default_device(next(iter(sharding.device_set))):
+        with jax.default_device(where):
             return jax.device_put(host)
-    return jax.device_put(host, sharding)
+    return jax.device_put(host, where)
 
 
-def place_beta(given: Any, checked: np.ndarray, data: jax.Array) -> Any:
-    """The validated beta of an eager call, as an array where `data` lives.
+def place_beta(given: Any, checked: np.ndarray, *data: Any) -> Any:
+    """The validated beta of an eager call, as an array where the first JAX
+    array of `data` lives.
 
     `given` itself when it is a device array of the checked dtype beside the
     data (and not a subnormal that the check flushed to 0); any other beta is
     copied there once per value, explicitly, and kept. `checked` comes back
-    only for data whose layout names no mesh.
+    for host data (JAX converts it with them) and for data whose layout
+    names no mesh.
     """
-    sharding = _scalar_sharding(data.sharding)
+    for array in data:
+        if type(array) is _compat.ArrayImpl or isinstance(array, jax.Array):
+            break
+    else:
+        # Host data: beta goes where JAX will put them.
+        device = _compat.default_device() or jax.local_devices()[0]
+        if not isinstance(device, jax.Device):
+            return checked  # a platform name: JAX picks the device
+        return _placed(float(checked), checked.dtype, device)
+    sharding = _scalar_sharding(array.sharding)
     if sharding is None:
         return checked
+    if type(given) is float:  # the usual case
+        return _placed(float(checked), checked.dtype, sharding)
     if (
         isinstance(given, jax.Array)
         and given.dtype == checked.dtype

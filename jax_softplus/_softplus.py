@@ -287,15 +287,15 @@ def softplus(
       >>> softplus(jnp.float32(0.1), accuracy=jax.lax.AccuracyMode.HIGHEST)
       Array(0.7443967, dtype=float32)
     """
-    if beta is _DEFAULT_BETA and accuracy is None:
-        fast = _dispatch.default_forward_call(x)
-        if fast is not None:
-            return fast
-    fast = _dispatch.array_forward_call(x, beta, accuracy)
-    if fast is None:
-        fast = _dispatch.host_forward_call(x, beta, accuracy)
-    if fast is not None:
-        return fast
+    if _dispatch.as_given(x):
+        # At the top level: x goes into the op's jit as it is.
+        if beta is _DEFAULT_BETA and accuracy is None:
+            return _dispatch.default_forward_call(x)
+        beta = _validate.unwrap(beta)
+        dtype = _validate.forward_dtype(x)
+        checked, hints = _validate.check_beta(beta, dtype, forward=True)
+        level = _validate.check_accuracy(accuracy, dtype)
+        return _dispatch.eager_forward(x, beta, checked, hints, level)
     x, beta = _validate.unwrap(x), _validate.unwrap(beta)
     if _validate.is_complex(x):
         return _complex(x, beta, accuracy)

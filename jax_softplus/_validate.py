@@ -53,7 +53,7 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 def unwrap(value: Any) -> Any:
     """What JAX takes as an array through `__jax_array__` (flax's
     `nnx.Param`, for one), as that array; any other value as it is."""
-    if isinstance(value, jax.Array):
+    if type(value) is float or isinstance(value, jax.Array):
         return value
     to_array = getattr(type(value), "__jax_array__", None)
     return value if to_array is None else to_array(value)
@@ -178,6 +178,31 @@ def check_forward_operand(value: Any) -> tuple[jax.Array, bool]:
     return _as_strong(value, dtype), weak
 
 
+def forward_dtype(value: Any) -> np.dtype:
+    """The dtype `check_forward_operand` gives a real x, read off its type
+    and dtype without converting it (or the error it raises)."""
+    if _usable(value):
+        return value.dtype
+    if isinstance(value, (bool, int, float)):
+        dtype = jax.dtypes.canonicalize_dtype(type(value))
+    else:
+        dtype = _dtype_of("x", value, promote=True)
+    if _promotes(dtype):
+        weak = is_weak(value)
+        dtype = _promoted(dtype, weak, bool(jax.config.jax_enable_x64))[0]
+    return dtype
+
+
+def backward_dtype(src: Any, diff_dst: Any) -> np.dtype:
+    """The dtype `check_operands` gives the data, read off the operands'
+    dtypes: the first that is not a Python scalar's, else the default float
+    dtype. (What is wrong with them, the checks themselves say.)"""
+    for value in (src, diff_dst):
+        if not _is_python_scalar(value):
+            return jax.dtypes.canonicalize_dtype(value.dtype)
+    return jax.dtypes.canonicalize_dtype(float)
+
+
 def _as_strong(value: Any, dtype: np.dtype) -> jax.Array:
     if isinstance(value, jax.Array) and value.dtype == dtype:
         if not value.weak_type:
@@ -296,6 +321,12 @@ def check_beta(
     cdtype = compute_dtype(data_dtype)
     if type(value) is float:  # the usual case, checked once per value
         return _float_beta(value, cdtype, forward)
+    if type(value) is int or isinstance(value, (np.floating, np.integer)):
+        # A Python int and a NumPy number check as the float of their value
+        # (the same errors and bits), once per value too.
+        number = value if type(value) is int else value.item()
+        if type(number) in (int, float) and abs(number) < 2**1000:
+            return _float_beta(float(number), cdtype, forward)
     if isinstance(value, (list, tuple)):
         value = np.asarray(value)
     if isinstance(value, (jax.Array, np.ndarray, np.generic)):

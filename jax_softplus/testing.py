@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import jax
 
-from jax_softplus import _dispatch, _platforms
+from jax_softplus import _platforms
 
 __all__ = ["PLATFORMS", "lowered_as"]
 
@@ -39,9 +39,9 @@ def lowered_as(platform: str) -> Iterator[None]:
     Inside the context every computation that JAX lowers for a CPU device
     emits `platform`'s evaluation of `softplus`, `softplus_backward` and
     their derivatives of every order; other platforms' lowerings are
-    unchanged. JAX's caches and the library's own (which jit an eager call
-    runs) are cleared on entry and on exit, so that nothing compiled or
-    planned inside is used outside, or the reverse (a function jitted
+    unchanged. JAX's caches are cleared on entry and on exit (the library
+    keeps no plans of its own), so that nothing compiled inside is used
+    outside, or the reverse (a function jitted
     before the context is compiled again inside it). Contexts nest;
     the innermost wins. Not thread-safe: it changes what every thread
     lowers.
@@ -70,14 +70,9 @@ def lowered_as(platform: str) -> Iterator[None]:
         )
     previous = _platforms.emulated()
     _platforms.set_emulated(platform)
-    _clear()
+    jax.clear_caches()
     try:
         yield
     finally:
         _platforms.set_emulated(previous)
-        _clear()
-
-
-def _clear() -> None:
-    jax.clear_caches()
-    _dispatch.clear_caches()
+        jax.clear_caches()

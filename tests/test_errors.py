@@ -176,9 +176,9 @@ def test_a_numpy_beta_is_checked_once_and_gives_a_python_numbers_results(
         "softplus_backward": lambda x, b, a: softplus_backward(x, x, b, accuracy=a),
     }
     checks = []
-    check_beta = _validate.check_beta
+    check = _validate._concrete_beta
     monkeypatch.setattr(
-        _validate, "check_beta", lambda *a, **k: checks.append(a) or check_beta(*a, **k)
+        _validate, "_concrete_beta", lambda *a, **k: checks.append(a) or check(*a, **k)
     )
     for (name, call), (kind, x), accuracy in itertools.product(
         calls.items(), xs.items(), [None, highest]
@@ -225,6 +225,30 @@ def test_a_jax_beta_skips_the_operands_checks_after_the_first_call(dtype, monkey
         assert not checks, f"{name}: operands checked again"
         assert got.dtype == want.dtype, name
         np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+@pytest.mark.parametrize("op", ["softplus", "softplus_backward"])
+def test_float64_host_data_without_x64_is_float32_data(op):
+    # Without x64, NumPy float64 operands and Python floats are float32 data:
+    # beta is checked against float32's range and HIGHEST applies.
+    x = np.linspace(-3.0, 3.0, 9)
+    assert x.dtype == np.float64 and not jax.config.jax_enable_x64
+    call = {
+        "softplus": lambda b, **k: softplus(x, b, **k),
+        "softplus_backward": lambda b, **k: softplus_backward(x, x, b, **k),
+    }[op]
+    with pytest.raises(ValueError, match="representable in float32"):
+        call(1e39)
+    highest = jax.lax.AccuracyMode.HIGHEST
+    x32 = x.astype(np.float32)
+    want = (
+        softplus(x32, 1.7, accuracy=highest)
+        if op == "softplus"
+        else softplus_backward(x32, x32, 1.7, accuracy=highest)
+    )
+    got = call(1.7, accuracy=highest)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
 
 
 def test_bad_numpy_betas_are_refused_on_every_call():
