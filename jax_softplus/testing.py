@@ -41,10 +41,9 @@ def lowered_as(platform: str) -> Iterator[None]:
     their derivatives of every order; other platforms' lowerings are
     unchanged. JAX's caches are cleared on entry and on exit (the library
     keeps no plans of its own), so that nothing compiled inside is used
-    outside, or the reverse (a function jitted
-    before the context is compiled again inside it). Contexts nest;
-    the innermost wins. Not thread-safe: it changes what every thread
-    lowers.
+    outside, or the reverse (a function jitted before the context is
+    compiled again inside it). Contexts nest; the innermost wins. Not
+    thread-safe: it changes what every thread lowers.
 
     Args:
       platform: "cpu", "cuda", "rocm" or "tpu".
