@@ -87,7 +87,7 @@ def as_given(*values: Any) -> bool:
         kind = type(v)
         if kind is _compat.ArrayImpl:
             if v.dtype.kind == "c" or v.is_deleted():
-                return False  # the checks say it was donated
+                return False  # jax.nn.softplus's formula; the checks' error
         elif kind is not float and kind is not int:
             if not isinstance(v, (np.ndarray, np.generic)):
                 return False
