@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math, _math64
+from jax_softplus import _math, _math64, _words
 
 WORDS = 5
 # Passes of `renorm`'s distillation: six leave exp, quotients and products
@@ -34,12 +34,6 @@ WORDS = 5
 # times the cost: XLA:CPU sorts slowly; four, unsorted, 2**-102).
 PASSES = 6
 _F32 = np.float32
-
-
-def two_prod(a, b):
-    """(p, e) with p = fl(a b) and p + e = a b exactly (Dekker)."""
-    p = a * b
-    return p, _math._product_error(a, b, p)
 
 
 def _vec_sum(t):
@@ -99,7 +93,7 @@ def mul(a, b):
     for n in range(WORDS + 1):
         for i in range(n + 1):
             if n < WORDS:
-                terms.extend(two_prod(a[i], b[n - i]))
+                terms.extend(_words.two_prod(a[i], b[n - i]))
             elif i < WORDS and n - i < WORDS:
                 terms.append(a[i] * b[n - i])
     return renorm(jnp.stack(terms))
@@ -107,7 +101,9 @@ def mul(a, b):
 
 def mul_scalar(a, v):
     """a v for a float32 array v."""
-    return renorm(jnp.stack([w for i in range(WORDS) for w in two_prod(a[i], v)]))
+    return renorm(
+        jnp.stack([w for i in range(WORDS) for w in _words.two_prod(a[i], v)])
+    )
 
 
 def div(a, b):
@@ -120,7 +116,7 @@ def div(a, b):
     def step(i, carry):
         rem, qs = carry
         q = rem[0] * inv
-        terms = [rem] + [jnp.stack(two_prod(-q, b[j])) for j in range(WORDS)]
+        terms = [rem] + [jnp.stack(_words.two_prod(-q, b[j])) for j in range(WORDS)]
         return renorm(jnp.concatenate(terms)), qs.at[i].set(q)
 
     # Of a's type (inside shard_map, varying as a does).

@@ -112,13 +112,13 @@ def _exp_neg(ah, al):
     r**3 p(r), the square as a double word."""
     nf = lax.round(ah * _F32(-_INV_C), lax.RoundingMethod.TO_NEAREST_EVEN)
     r1h, r1l = _math64.two_sum(lax.neg(ah), nf * _F32(-_C1))
-    p, pe = _fe.two_prod(nf, lax.full_like(nf, _C2))
+    p, pe = _words.two_prod(nf, lax.full_like(nf, _C2))
     rh, rl = _math64.two_sum(r1h, lax.neg(p))
     # al (up to 2**-17) enters exactly: rl's own terms are below 2**-26.
     rh, rl2 = _math64.two_sum(rh, lax.neg(al))
     rl = (rl + rl2) + ((r1l - pe) - nf * _F32(_C3))
     rh, rl = _math64.fast_two_sum(rh, rl)
-    s, se = _fe.two_prod(rh, rh)
+    s, se = _words.two_prod(rh, rh)
     sqh, sql = 0.5 * s, 0.5 * se + rh * rl
     poly = _F32(1 / 6) + rh * (_F32(1 / 24) + rh * (_F32(1 / 120) + rh * _F32(1 / 720)))
     tail = s * rh * poly + 0.5 * s * rl
@@ -127,7 +127,7 @@ def _exp_neg(ah, al):
     eh, el = _math64.fast_two_sum(h, (l0 + l1) + ((rl + sql) + tail))
     n = nf.astype(_I32)
     th, tl = _table(_EXP2, n & _I32(31))
-    mh, ml = _fe.two_prod(th, eh)
+    mh, ml = _words.two_prod(th, eh)
     ml = ml + (th * el + tl * eh)
     return lax.shift_right_arithmetic(n, _I32(5)), _math64.fast_two_sum(mh, ml)
 
@@ -158,7 +158,7 @@ def backward_value(src, dd, beta):
     md, kd = _frexp(dd)
     # sigmoid(t) = 1 / (1 + e) for t >= 0, e / (1 + e) below.
     neg = t < 0
-    nh, nl = _fe.two_prod(md, mh)
+    nh, nl = _words.two_prod(md, mh)
     nl = nl + md * ml
     num = (lax.select(neg, nh, md), lax.select(neg, nl, jnp.zeros_like(nl)))
     q = _words.div(num, (dh, dl))
@@ -180,10 +180,10 @@ def _log1p(k, m):
     j = lax.clamp(_I32(0), j, _I32(512))
     (r,) = _table(_RECIP[:, None], j)
     gh, gl = _table(_LOGR, j)
-    p, pe = _fe.two_prod(eh, r)
+    p, pe = _words.two_prod(eh, r)
     dh, dl = _math64.two_sum(r - _words.one(r), p)
     dh, dl = _math64.fast_two_sum(dh, dl + (pe + el * r))
-    s, se = _fe.two_prod(dh, dh)
+    s, se = _words.two_prod(dh, dh)
     sqh, sql = -0.5 * s, -0.5 * se - dh * dl
     poly = _F32(1 / 3) + dh * (
         _F32(-1 / 4) + dh * (_F32(1 / 5) + dh * (_F32(-1 / 6) + dh * _F32(1 / 7)))
