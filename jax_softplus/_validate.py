@@ -274,17 +274,6 @@ def check_operands(src: Any, diff_dst: Any) -> tuple[jax.Array, jax.Array, bool]
     return src, diff_dst, weak
 
 
-def real_dtype(dtype: Any) -> bool:
-    """Whether `softplus` takes data of this dtype (as `jax.nn.softplus`
-    does): a real float, integer or bool dtype."""
-    dtype = np.dtype(dtype)
-    return (
-        jnp.issubdtype(dtype, jnp.floating)
-        or jnp.issubdtype(dtype, jnp.integer)
-        or dtype == np.bool_
-    )
-
-
 def _is_real_dtype(dtype: Any) -> bool:
     dtype = np.dtype(dtype)
     return dtype != np.bool_ and (
