@@ -218,7 +218,7 @@ _inplace_self_jit = own_jit(
 )
 
 # At HIGHEST, data on one device of a platform with float64 are written
-# over diff_dst too, in two passes (`_highest.backward_inplace`): the first
+# over diff_dst too, in two passes (`_highest.backward`): the first
 # marks the rare elements whose rounding float64 leaves in doubt, and the
 # second leaves their diff_dst in place for the step that resolves them.
 # Sharded data take them on each shard. Elsewhere (a TPU's float32
@@ -238,10 +238,14 @@ def _inplace_highest(src, diff_dst, beta, layout=None, shards=None):
     several devices) or on the one device."""
     with _wide._float64():
         if shards is None:
-            out = _highest.backward_inplace(src, diff_dst, beta)
+            out = _highest.backward(src, diff_dst, beta, inplace=True)
         else:
             out = _sharding.per_shard(
-                _highest.backward_inplace, src, diff_dst, beta, sharding=shards
+                functools.partial(_highest.backward, inplace=True),
+                src,
+                diff_dst,
+                beta,
+                sharding=shards,
             )
     if layout is not None:
         out = _sharding.constrain(out, layout)

@@ -9,11 +9,10 @@
    the exact remainder's correction. The result is a double word times a
    power of two carried apart (float32's range is too narrow for the
    tails), within `ERROR` of the exact value.
-2. **The rounding test**, as in `_highest`: the double word at v (1 +
-   ERROR) and v (1 - ERROR), each rounded to the dtype once (`_rounded`).
-3. **Where they differ, in float32 expansions** (`_fe`, about 2**-118),
-   `_BATCH` elements at a time while any is left (about 1 element in 2**15
-   of float32 data, 1 in 2**30 of bfloat16).
+2. **The rounding test and its loop** (`_rounding`), in two passes: where
+   the bound leaves the rounding in doubt (about 1 element in 2**15 of
+   float32 data, 1 in 2**30 of bfloat16), the element is evaluated again in
+   float32 expansions (`_fe`, about 2**-118), `_BATCH` elements a turn.
 
 Only float32 addition and multiplication rounding to nearest is relied
 upon: no FMA contraction, no division of the platform (the reciprocal is
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _fe, _math, _math64, _words
+from jax_softplus import _fe, _math, _math64, _rounding, _words
 
 _F32 = np.float32
 _I32 = np.int32
@@ -226,34 +225,13 @@ def softplus_value(x, beta):
     return (vh * scale, vl * scale), lax.select(pos, f, kq) + e
 
 
-# Step 2 ------------------------------------------------------------------------
-
-
-def _round_pair(hi, lo, dtype):
-    """hi + lo rounded to `dtype` once, as float32: the sum rounded to odd
-    in float32 first (24 >= 8 + 2 bits) for the half types."""
-    s, e = _math64.two_sum(hi, lo)
-    if np.dtype(dtype) == np.float32:
-        return s
-    bits = lax.bitcast_convert_type(s, _I32)
-    even = (bits & _I32(1)) == 0
-    away = lax.select((e > 0) == (s > 0), jnp.ones_like(bits), -jnp.ones_like(bits))
-    bits = lax.select(even & (e != 0), bits + away, bits)
-    odd = lax.bitcast_convert_type(bits, _F32)
-    return lax.convert_element_type(lax.convert_element_type(odd, dtype), _F32)
-
-
-def _rounded(v, error, dtype):
-    """(out, doubt) for the double word v: v (1 + error) rounded, and where
-    v (1 - error) rounds otherwise (`_highest._rounded`)."""
-    hi, lo = v
-    w = error * lax.abs(hi)
-    up, down = _round_pair(hi, lo + w, dtype), _round_pair(hi, lo - w, dtype)
-    return up, up != down
+# Step 2: `_rounding` ------------------------------------------------------------
 
 
 def _scaled(out, k, dtype):
-    """out 2**k in `dtype` (exact wherever the result is normal)."""
+    """out (rounded to `dtype`) times 2**k, in `dtype` (exact wherever the
+    result is normal)."""
+    out = lax.convert_element_type(out, _F32)
     return lax.convert_element_type(_math.times_pow2(out, k), dtype)
 
 
@@ -320,37 +298,6 @@ def _fe_softplus(x, beta):
     return jnp.where(pos[None], s, q), lax.select(pos, f, kq)
 
 
-def _resolve(out, doubt, evaluate):
-    """The elements in doubt, `evaluate(i)` for a vector of `_BATCH` flat
-    indices (the first pending ones) at a time, while any is left.
-
-    The elements in doubt are held apart in a mask (a TPU fuses a loop
-    with two outputs, and a mask keeps NaN payloads out of it). Where
-    fewer are left than the batch, its rest points at element 0 and
-    writes it again, evaluated if it is pending, as it is otherwise."""
-    n = out.size
-    if n == 0:
-        return out
-    batch = min(_BATCH, n)
-
-    def fix(carry):
-        values, mask = carry
-        (i,) = jnp.nonzero(mask, size=batch, fill_value=0)
-        i = i.astype(_I32)
-        new = lax.select(mask[i], evaluate(i), values[i])
-        return values.at[i].set(new), mask.at[i].set(False)
-
-    values, _ = lax.while_loop(
-        lambda carry: jnp.any(carry[1]), fix, (out.reshape(-1), doubt.reshape(-1))
-    )
-    return values.reshape(out.shape)
-
-
-def _element(v, i):
-    """Elements i of a flattened operand (a 0-d beta as it is)."""
-    return v.reshape(-1)[i] if v.ndim else jnp.broadcast_to(v, i.shape)
-
-
 def _finish(v, k, dtype):
     """The expansion v times 2**k, correctly rounded to `dtype` (v taken
     into [1, 2) first, so that no rounding meets float16's subnormals)."""
@@ -363,31 +310,35 @@ def backward(src, dd, beta):
     """dd * sigmoid(beta * src), correctly rounded to the data dtype,
     wherever it is a normal number (a float32 beta)."""
     dtype = src.dtype
-    s, d = (lax.convert_element_type(v, _F32) for v in (src, dd))
-    b = jnp.broadcast_to(beta, s.shape)
-    v, k = backward_value(s, d, b)
-    out, doubt = _rounded(v, ERROR["backward"], dtype)
-    # Infinite or NaN t or dd, and dd 0 or below the normal range: dd times
-    # sigmoid's limit (1, 0, NaN) or 1/2.
-    t = b * s
-    special = ~jnp.isfinite(t) | ~jnp.isfinite(d) | (lax.abs(d) < _F32(2.0**-126))
-    limit = lax.select(
-        jnp.isinf(t),
-        lax.select(t > 0, jnp.ones_like(t), jnp.zeros_like(t)),
-        t * 0 + 0.5,
+
+    def approx(src, dd, beta, wide=False):
+        s, d = (lax.convert_element_type(v, _F32) for v in (src, dd))
+        b = jnp.broadcast_to(beta, s.shape)
+        v, k = backward_value(s, d, b)
+        out, doubt = _rounding.rounded(v, ERROR["backward"] * (4 if wide else 1), dtype)
+        # Infinite or NaN t or dd, and dd 0 or below the normal range: dd
+        # times sigmoid's limit (1, 0, NaN) or 1/2.
+        t = b * s
+        special = ~jnp.isfinite(t) | ~jnp.isfinite(d) | (lax.abs(d) < _F32(2.0**-126))
+        limit = lax.select(
+            jnp.isinf(t),
+            lax.select(t > 0, jnp.ones_like(t), jnp.zeros_like(t)),
+            t * 0 + 0.5,
+        )
+        # inf * sigmoid(t) is inf wherever sigmoid(t) > 0, a t that
+        # overflowed to -inf from a finite beta * src included: NaN (inf * 0)
+        # only where src = -inf * sign(beta), as in the float64 evaluation.
+        keep = jnp.isinf(d) & (t < 0) & ~_math.sigmoid_is_zero(s, b)
+        limit = lax.convert_element_type(lax.select(keep, d, d * limit), dtype)
+        return lax.select(special, limit, _scaled(out, k, dtype)), doubt & ~special
+
+    def exact(src, dd, beta):
+        s, d = (lax.convert_element_type(v, _F32) for v in (src, dd))
+        return _finish(*_fe_backward(s, d, beta), dtype)
+
+    return _rounding.correctly_rounded(
+        (src, dd, beta), 1, approx, exact, two_passes=True, batch=_BATCH
     )
-    # inf * sigmoid(t) is inf wherever sigmoid(t) > 0, a t that overflowed
-    # to -inf from a finite beta * src included: NaN (inf * 0) only where
-    # src = -inf * sign(beta), as in the float64 evaluation.
-    keep = jnp.isinf(d) & (t < 0) & ~_math.sigmoid_is_zero(s, b)
-    limit = lax.convert_element_type(lax.select(keep, d, d * limit), dtype)
-    result = lax.select(special, limit, _scaled(out, k, dtype))
-
-    def evaluate(i):
-        si, di, bi = (_element(a, i) for a in (s, d, beta))
-        return _finish(*_fe_backward(si, di, bi), dtype)
-
-    return _resolve(result, doubt & ~special, evaluate)
 
 
 def softplus(x, beta):
@@ -396,25 +347,28 @@ def softplus(x, beta):
     dtype = x.dtype
     # A constant beta: XLA would fold what depends on it alone.
     beta = lax.optimization_barrier(beta)
-    xs = lax.convert_element_type(x, _F32)
-    b = jnp.broadcast_to(beta, xs.shape)
-    v, k = softplus_value(xs, b)
-    out, doubt = _rounded(v, ERROR["forward"], dtype)
-    t = b * xs
-    zero_beta = lax.abs(b) < _F32(2.0**-126)
-    special = ~jnp.isfinite(t) | zero_beta
-    # beta = +-0 (or subnormal): ln 2 / beta, NaN for an infinite x; t = inf:
-    # x; t = -inf: +-0 by beta's sign; NaN: NaN.
-    limit = lax.select(
-        zero_beta,
-        (xs * 0 + _F32(math.log(2))) / b,
-        lax.select(t != t, t, lax.select(t > 0, xs, jnp.zeros_like(xs) / b)),
+
+    def approx(x, beta, wide=False):
+        xs = lax.convert_element_type(x, _F32)
+        b = jnp.broadcast_to(beta, xs.shape)
+        v, k = softplus_value(xs, b)
+        out, doubt = _rounding.rounded(v, ERROR["forward"] * (4 if wide else 1), dtype)
+        t = b * xs
+        zero_beta = lax.abs(b) < _F32(2.0**-126)
+        special = ~jnp.isfinite(t) | zero_beta
+        # beta = +-0 (or subnormal): ln 2 / beta, NaN for an infinite x;
+        # t = inf: x; t = -inf: +-0 by beta's sign; NaN: NaN.
+        limit = lax.select(
+            zero_beta,
+            (xs * 0 + _F32(math.log(2))) / b,
+            lax.select(t != t, t, lax.select(t > 0, xs, jnp.zeros_like(xs) / b)),
+        )
+        limit = lax.convert_element_type(limit, dtype)
+        return lax.select(special, limit, _scaled(out, k, dtype)), doubt & ~special
+
+    def exact(x, beta):
+        return _finish(*_fe_softplus(lax.convert_element_type(x, _F32), beta), dtype)
+
+    return _rounding.correctly_rounded(
+        (x, beta), 0, approx, exact, two_passes=True, batch=_BATCH
     )
-    limit = lax.convert_element_type(limit, dtype)
-    result = lax.select(special, limit, _scaled(out, k, dtype))
-
-    def evaluate(i):
-        xi, bi = _element(xs, i), _element(beta, i)
-        return _finish(*_fe_softplus(xi, bi), dtype)
-
-    return _resolve(result, doubt & ~special, evaluate)

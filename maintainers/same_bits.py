@@ -75,9 +75,9 @@ def _default(src, dd, beta):
 
 
 def _constant(src, dd, beta):
-    return jax.jit(
-        lambda s, d: (softplus_backward(s, d, beta), softplus(s, beta))
-    )(src, dd)
+    return jax.jit(lambda s, d: (softplus_backward(s, d, beta), softplus(s, beta)))(
+        src, dd
+    )
 
 
 @jax.jit
@@ -189,10 +189,18 @@ def compare(old, new):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--stride", type=positive_int, default=1 << 10,
-                   help="every N-th float32 bit pattern (1: all; default 1024)")
-    p.add_argument("--near", type=positive_int, default=200,
-                   help="near-midpoint inputs per beta and dtype (default 200)")
+    p.add_argument(
+        "--stride",
+        type=positive_int,
+        default=1 << 10,
+        help="every N-th float32 bit pattern (1: all; default 1024)",
+    )
+    p.add_argument(
+        "--near",
+        type=positive_int,
+        default=200,
+        help="near-midpoint inputs per beta and dtype (default 200)",
+    )
     p.add_argument("--out", help="write the cells as JSON to this file")
     p.add_argument("--compare", help="compare with the JSON of an earlier run")
     args = p.parse_args(argv)
@@ -226,8 +234,12 @@ def main(argv=None):
     print(f"hash of the cells: {summary}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"stride": args.stride, "near": args.near, "cells": table}, f,
-                      indent=1, sort_keys=True)
+            json.dump(
+                {"stride": args.stride, "near": args.near, "cells": table},
+                f,
+                indent=1,
+                sort_keys=True,
+            )
     if old is not None:
         diff = compare(old, table)
         print(f"{len(diff)} of {len(table)} cells differ from {args.compare}")

@@ -24,6 +24,7 @@ from helpers import FORWARD_MODE, dtype_id, seed_of
 from jax_softplus import (
     _dd,
     _highest,
+    _rounding,
     _wide,
     softplus,
     softplus_backward,
@@ -105,7 +106,7 @@ def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta, passes):
     with jax.enable_x64(True):
         value = jax.jit(_highest.backward_value)(src, dd, F32(beta))
         _, doubt = jax.jit(
-            lambda v: _highest._rounded(v, _highest.ERROR["backward"], F32)
+            lambda v: _rounding.rounded(v, _highest.ERROR["backward"], F32)
         )(value)
     assert int(np.sum(doubt)) > src.size // 5
     # An element in doubt at index 1 and an infinite diff_dst at index 0,
@@ -127,28 +128,27 @@ def test_diff_dst_near_a_midpoint_takes_the_double_double_step(beta, passes):
     assert np.any(default != want[0])
 
 
-# Where step 3's elements sit in a 1000-element array. The loop looks for
-# them by blocks: runs of 32 of a 1-d result (the last one 8 long), the rows
-# of the trailing axes otherwise. So at block edges, several in one block,
-# and in the last block, behind the slice's overlap with the one before.
-_DOUBT_AT = [0, 1, 31, 32, 33, 500, 501, 502, 967, 991, 992, 995, 999]
+# Where the loop's elements sit in a 1000-element array. The loop finds them
+# in a bitmap of 32 words (the last one 8 bits long), by blocks of 8 words
+# (256 elements): so at word and block edges, several in one word, and in
+# the last, short word; in several shapes.
+_DOUBT_AT = [0, 1, 31, 32, 33, 255, 256, 500, 501, 502, 967, 991, 992, 995, 999]
 _BAND_AT = 700
-# The shapes' blocks: rows of 40 over 25, rows of 25 over (5, 8).
-_SHAPES = {(25, 40): 1, (5, 8, 25): 2}
+_SHAPES = [(25, 40), (5, 8, 25)]
 
 
 def _in_doubt(values, op, dtype=F32, margin=1):
     error = margin * _highest.ERROR[op]
     with jax.enable_x64(True):
         return np.asarray(
-            jax.jit(lambda v: _highest._rounded(v, error, dtype)[1])(values)
+            jax.jit(lambda v: _rounding.rounded(v, error, dtype)[1])(values)
         )
 
 
 @pytest.mark.slow
 def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
     n, beta = 1000, 1.7
-    assert _highest._block_size(n) == 32
+    assert _rounding._block_size(-(-n // 32)) * 32 == 256
     rng = np.random.default_rng(seed_of("doubt positions", beta))
     hard_src, hard_dd = near_midpoint_diff_dst(beta, 200, rng)
     with jax.enable_x64(True):
@@ -166,15 +166,16 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
     want = correctly_rounded(src, dd, beta, 24)["backward"]
     got = softplus_backward(src, dd, beta, accuracy=HIGHEST)
     assert _check(got, want) == n
-    assert _highest._row_axes((n,)) is None
     # In place the first pass marks them in words of 32 bits (several in one
     # word, in the short last one, across words), with a wider margin: some
     # it marks are decided by the second pass, and rewritten.
     with jax.enable_x64(True):
-        words = jax.jit(
-            functools.partial(_highest._doubt_words, _highest.backward_value),
-            static_argnums=(1, 2),
-        )((src, dd, F32(beta)), 4 * _highest.ERROR["backward"], F32)
+        approx = _highest._approx(
+            _highest.backward_value, _highest.ERROR["backward"], F32
+        )
+        words = jax.jit(lambda *ops: _rounding._doubt_words(approx, ops, n))(
+            src, dd, F32(beta)
+        )
     bits = np.unpackbits(np.asarray(words).view(np.uint8), bitorder="little")
     np.testing.assert_array_equal(np.flatnonzero(bits), sorted([*_DOUBT_AT, _BAND_AT]))
     for shape in [(n,), *_SHAPES]:
@@ -182,19 +183,16 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
             src.reshape(shape), jnp.array(dd.reshape(shape)), beta, accuracy=HIGHEST
         )
         np.testing.assert_array_equal(_bits(inplace).ravel(), _bits(got), err_msg=shape)
-    for shape, k in _SHAPES.items():
-        assert _highest._row_axes(shape) == k
+    for shape in _SHAPES:
         nd = softplus_backward(
             src.reshape(shape), dd.reshape(shape), beta, accuracy=HIGHEST
         )
         np.testing.assert_array_equal(_bits(nd).ravel(), _bits(got), err_msg=shape)
-    # Shapes without such axes: runs of 128 along the last axis, each row's
-    # last one reaching back (rows of 9000), and rows shorter than a run.
+    # Rows that do not fill a word or a block (blocks of 16 words here).
     for shape, at in {
         (2, 9000): [0, 127, 128, 8871, 8872, 8959, 8960, 8999, 9000, 9127, 17999],
         (9000, 2): [0, 1, 2, 3, 9001, 17998, 17999],
     }.items():
-        assert _highest._row_axes(shape) is None
         wide_src, wide_dd = np.full(18000, F32(0.25)), np.full(18000, F32(-3.0))
         wide_src[at], wide_dd[at] = hard_src[hard[: len(at)]], hard_dd[hard[: len(at)]]
         got = softplus_backward(
@@ -351,10 +349,10 @@ def test_every_route_gives_the_same_bits(passes):
 def test_a_quieted_marker_is_still_pending(dtype):
     # XLA:CPU quieted the marker of a lone element (a 0-d call) it moved
     # through a scalar register: the element came back NaN.
-    utype, bits = _highest._PENDING[np.dtype(dtype)]
+    utype, bits = _rounding._MARKER[np.dtype(dtype)]
     quiet = 1 << (jnp.finfo(dtype).nmant - 1)
     raw = np.array([bits, bits | quiet, bits + 1], utype)
-    mask = _highest._pending_mask(jnp.asarray(raw.view(dtype)))
+    mask = _rounding._pending_mask(jnp.asarray(raw.view(dtype)))
     np.testing.assert_array_equal(mask, [True, True, False])
     x, beta = F32(6.652173397014849e-06), F32(2182195.0)  # decided in step 3
     assert float(softplus(x, beta, accuracy=HIGHEST)) == 6.6521738517622e-06
@@ -735,7 +733,7 @@ def test_softplus_near_a_midpoint_takes_the_double_double_step(dtype, passes):
         with jax.enable_x64(True):
             value = jax.jit(_highest.softplus_value)(xs, betas)
             _, doubt = jax.jit(
-                lambda v: _highest._rounded(v, _highest.ERROR["forward"], F32)
+                lambda v: _rounding.rounded(v, _highest.ERROR["forward"], F32)
             )(value)
         assert int(np.sum(doubt)) > n // 2
         assert np.sum(gap < 2.0**-53) >= 3, np.log2(np.sort(gap)[:4])

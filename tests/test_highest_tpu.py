@@ -23,6 +23,7 @@ from jax_softplus import (
     _fe,
     _highest,
     _highest32,
+    _rounding,
     _wide,
     softplus,
     softplus_backward,
@@ -142,7 +143,7 @@ def test_near_midpoints_take_the_expansion_step(results, dtype):
     got = np.asarray(tpu[1][where], np.float64)
     np.testing.assert_array_equal(got, want)
     v, _ = jax.jit(_highest32.softplus_value)(src[where].astype(F32), beta[where])
-    _, doubt = _highest32._rounded(v, _highest32.ERROR["forward"], dtype)
+    _, doubt = _rounding.rounded(v, _highest32.ERROR["forward"], dtype)
     closest = np.log2(gap.min())
     if dtype == F32:
         assert np.asarray(doubt).mean() > 0.9 and closest < -50
