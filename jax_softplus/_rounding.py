@@ -329,7 +329,10 @@ def correctly_rounded(operands, over, approx, exact, *, two_passes, batch=1):
     # into it made XLA copy the whole result, twice, on every turn.
     def fix(state):
         values, words, flags, j, row, g, at, one = state
-        new = exact(*one)
+        if batch == 1:  # scalars: a vector of one broadcasts every constant
+            new = exact(*(e.reshape(()) for e in one)).reshape(1)
+        else:
+            new = exact(*one)
         if new.dtype != values.dtype:  # bfloat16's bits
             new = lax.bitcast_convert_type(new, values.dtype)
         for k in range(batch):  # no scatter: XLA:CPU copied the result for it
@@ -337,7 +340,11 @@ def correctly_rounded(operands, over, approx, exact, *, two_passes, batch=1):
             values = lax.dynamic_update_slice(
                 values, new[k].reshape((1,) * len(shape)), at_k
             )
-        row = _pack(row.at[g].set(False))
+        if batch == 1:
+            row = lax.dynamic_update_slice(row, np.zeros(1, bool), g)
+        else:
+            row = row.at[g].set(False)
+        row = _pack(row)
         words = lax.dynamic_update_slice(words, row.reshape(1, size), (j, np.int32(0)))
         flags = lax.dynamic_update_slice(flags, lax.reduce_max(row, (0,))[None], (j,))
         return (values, words, flags, *find(values, words, flags))
