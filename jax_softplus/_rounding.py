@@ -20,8 +20,8 @@ where the platform has float64, `_highest`; float32 words elsewhere,
    x) as they are, so that XLA can write the result over that operand
    where it is donated.
 3. **One loop** over the marked elements, a few at a time: each turn reads
-   the first block's of words with a mark, the operands' elements there,
-   evaluates them precisely and writes them.
+   the block flags, the first block of words with a mark and the
+   operands' elements there, evaluates them precisely and writes them.
 
 A `select` would be simpler than the loop, but XLA computes both sides of a
 select for every element; the loop costs the bitmap's pass, and it turns
@@ -89,8 +89,8 @@ def rounded(v, error, dtype):
     where v (1 - error) rounds otherwise. A NaN is not in doubt.
 
     A float64 word's bounds are rounded to float64 first (the error leaves
-    room for that rounding): rounded to odd, they would cost the float64
-    evaluation a fifth of its time for bounds no narrower."""
+    room for that rounding): rounded to odd, each would take a two-sum and
+    a rounding to odd more in the main pass, for bounds no narrower."""
     if isinstance(v, tuple):
         hi, lo = v
         w = error * lax.abs(hi)
@@ -200,7 +200,7 @@ def _pending_mask(values, dtype=None):
     """Where `values` (of `dtype`, or its bits) hold the marker, quieted or
     not: XLA:CPU may quiet a signaling NaN it moves through a scalar
     register (a lone element). A NaN of the data with that payload is taken
-    as pending too, and step 3 gives it NaN again."""
+    as pending too, and the loop gives it NaN again."""
     dtype = np.dtype(dtype or values.dtype)
     utype, bits = _MARKER[dtype]
     quiet = utype(1 << (jnp.finfo(dtype).nmant - 1))
@@ -263,7 +263,7 @@ def correctly_rounded(operands, over, approx, exact, *, two_passes, batch=1):
     `approx(*operands, wide=False)` is (out, doubt): the rounded
     approximation and where it is in doubt (`rounded`); `exact(*elements)`
     the correct rounding of a vector of elements. The elements in doubt are
-    marked in a bitmap, in one pass (`_one_pass`) or, with `two_passes`,
+    marked in a bitmap, in one pass (`_marked`) or, with `two_passes`,
     in two, which XLA can write over the donated operand `operands[over]`:
     their temporaries are the bitmap (a bit per element) and a few bytes per
     block. In the first of two passes `approx` takes four times its error
