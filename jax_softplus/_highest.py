@@ -153,8 +153,9 @@ def _approx(value, error, dtype):
 
 # The sizes from which results take two passes (`_rounding`), where one
 # pass's temporaries outgrow what the allocator keeps between calls: a
-# donated call then writes over its operand, with a bit per element of
-# temporaries instead of a byte (and a copy of the result). Measured on a
+# donated call then writes over its operand, with the bitmap of
+# temporaries, instead of writing the result into a temporary and copying
+# it (one pass reads the operands after writing the result). Measured on a
 # Zen 5 VM in a user's jit (docs/inplace.md): float32 at 8M elements,
 # donated, 27 -> 7.3 ms, fresh the same. The half types' evaluation costs
 # more per byte (a fresh call pays 14-43% for the second pass at 32M
