@@ -188,7 +188,8 @@ def test_elements_in_doubt_anywhere_in_the_array_are_resolved(passes):
             src.reshape(shape), dd.reshape(shape), beta, accuracy=HIGHEST
         )
         np.testing.assert_array_equal(_bits(nd).ravel(), _bits(got), err_msg=shape)
-    # Rows that do not fill a word or a block (blocks of 16 words here).
+    # 18,000 elements (blocks of 32 words, 1,024 elements), in rows that do
+    # not fill a word or a block.
     for shape, at in {
         (2, 9000): [0, 127, 128, 8871, 8872, 8959, 8960, 8999, 9000, 9127, 17999],
         (9000, 2): [0, 1, 2, 3, 9001, 17998, 17999],
