@@ -36,6 +36,7 @@ import numpy as np
 from exhaustive import (
     BETAS,
     QUANTITIES,
+    _highest,
     _ours,
     bit_patterns,
     diff_dst_for,
@@ -69,22 +70,9 @@ class Cells:
         return {k: [self.counts[k], h.hexdigest()] for k, h in self.hashes.items()}
 
 
-@jax.jit
-def _default(src, dd, beta):
-    return softplus_backward(src, dd, beta), softplus(src, beta)
-
-
 def _constant(src, dd, beta):
     return jax.jit(lambda s, d: (softplus_backward(s, d, beta), softplus(s, beta)))(
         src, dd
-    )
-
-
-@jax.jit
-def _highest(src, dd, beta):
-    return (
-        softplus_backward(src, dd, beta, accuracy=HIGHEST),
-        softplus(src, beta, accuracy=HIGHEST),
     )
 
 
