@@ -17,7 +17,7 @@ from fractions import Fraction
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math64
+from jax_softplus import _math, _math64, _words
 
 _F64 = np.float64
 # ln 2 in three parts: _LN2[0] has 32 significant bits (k _LN2[0] is exact
@@ -27,25 +27,21 @@ _LN2 = (6.93147180369123816490e-01, 1.90821492927058770002e-10, 1.16122272293625
 _INV_LN2 = 1.4426950408889634
 
 
-def _one():
-    return _math64._opaque(1.0)
-
-
 def add(a, b):
     """a + b for double words (Shewchuk's accurate sum, about 2**-104)."""
-    s, e = _math64.two_sum(a[0], b[0])
-    t, f = _math64.two_sum(a[1], b[1])
+    s, e = _words.two_sum(a[0], b[0])
+    t, f = _words.two_sum(a[1], b[1])
     e = e + t
-    s, e = _math64.fast_two_sum(s, e)
+    s, e = _words.fast_two_sum(s, e)
     e = e + f
-    return _math64.fast_two_sum(s, e)
+    return _words.fast_two_sum(s, e)
 
 
 def mul(a, b):
     """a b for double words."""
-    p, e = _math64.two_prod(a[0], b[0])
+    p, e = _words.two_prod(a[0], b[0])
     e = e + (a[0] * b[1] + a[1] * b[0])
-    return _math64.fast_two_sum(p, e)
+    return _words.fast_two_sum(p, e)
 
 
 def div(a, b):
@@ -56,7 +52,7 @@ def div(a, b):
     q2 = r[0] / b[0]
     r = add(r, neg(mul((q2, lax.full_like(q2, 0)), b)))
     q3 = r[0] / b[0]
-    s, e = _math64.fast_two_sum(q1, q2)
+    s, e = _words.fast_two_sum(q1, q2)
     return add((s, e), (q3, lax.full_like(q3, 0)))
 
 
@@ -66,13 +62,8 @@ def neg(a):
 
 def scale(a, k):
     """a 2**k for an int64 k that keeps both words normal."""
-    p = _exp2(k)
+    p = _math.exp2_int(k, _F64)
     return a[0] * p, a[1] * p
-
-
-def _exp2(k):
-    bits = lax.shift_left(k.astype(np.int64) + np.int64(1023), np.int64(52))
-    return lax.bitcast_convert_type(bits, _F64)
 
 
 def exp(x):
@@ -85,8 +76,8 @@ def exp(x):
     doubled back four times as m -> 2 m + m**2, which loses 4 bits at most.
     """
     kf = lax.round(x[0] * _INV_LN2, lax.RoundingMethod.TO_NEAREST_EVEN)
-    r = add(x, neg(_math64.two_prod(kf, _math64._opaque(_LN2[0]))))
-    r = add(r, neg(_math64.two_prod(kf, _math64._opaque(_LN2[1]))))
+    r = add(x, neg(_words.two_prod(kf, _math64._opaque(_LN2[0]))))
+    r = add(r, neg(_words.two_prod(kf, _math64._opaque(_LN2[1]))))
     r = add(r, (-kf * _LN2[2], lax.full_like(kf, 0)))
     r = (r[0] * 0.0625, r[1] * 0.0625)
     m = (lax.full_like(kf, _INVERSE_FACTORIALS[14][0]), lax.full_like(kf, 0))
@@ -101,7 +92,8 @@ def exp(x):
     m = mul(m, r)  # expm1(r / 16)
     for _ in range(4):
         m = add((2 * m[0], 2 * m[1]), mul(m, m))
-    return scale(add((_one() * lax.full_like(kf, 1), lax.full_like(kf, 0)), m), kf)
+    one = (_math64._opaque(1.0) * lax.full_like(kf, 1), lax.full_like(kf, 0))
+    return scale(add(one, m), kf)
 
 
 def _double_word(exact):
@@ -124,7 +116,7 @@ def log1p(x):
     """log(1 + x) for a double word x in [0, 1], by two Newton steps on
     exp from float64's log1p: y -> y + (1 + x) e**-y - 1."""
     y = (lax.log1p(x[0]), lax.full_like(x[0], 0))
-    one = (_one() * lax.full_like(x[0], 1), lax.full_like(x[0], 0))
+    one = (_math64._opaque(1.0) * lax.full_like(x[0], 1), lax.full_like(x[0], 0))
 
     def newton(_, y):
         return add(y, add(mul(add(one, x), exp(neg(y))), neg(one)))

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math, _math64, _words
+from jax_softplus import _math, _words
 
 WORDS = 5
 # Passes of `renorm`'s distillation: six leave exp, quotients and products
@@ -42,7 +42,7 @@ def _vec_sum(t):
     XLA loop: one traced step)."""
 
     def step(s, term):
-        return _math64.two_sum(term, s)
+        return _words.two_sum(term, s)
 
     s, errors = lax.scan(step, t[-1], t[-2::-1])
     return jnp.concatenate([s[None], errors[::-1]])
@@ -109,9 +109,9 @@ def mul_scalar(a, v):
 def div(a, b):
     """a / b for b's first word in [1, 4): WORDS + 1 quotients, each of
     the exact remainder by b's first word times a Newton reciprocal of it
-    (`_math64._reciprocal`, float32's precision: the next remainder takes
+    (`_words.reciprocal`, float32's precision: the next remainder takes
     each quotient's error)."""
-    inv = _math64._reciprocal(b[0])
+    inv = _words.reciprocal(b[0])
 
     def step(i, carry):
         rem, qs = carry

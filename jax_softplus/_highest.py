@@ -23,10 +23,9 @@ import math
 import numpy as np
 from jax import lax
 
-from jax_softplus import _dd, _math, _math64, _rounding
+from jax_softplus import _dd, _math, _math64, _rounding, _words
 
 _F64 = np.float64
-_I64 = np.int64
 _BF16 = np.dtype("bfloat16")
 # The float64 evaluations' error bounds, relative to the result. Backward:
 # the reduced argument's rounding (2**-55 absolute), p's (2**-54.3), the
@@ -60,13 +59,7 @@ def _fused(v):
 def _exp_neg(a):
     """exp(-a) = 2**k (1 + p) for float64 a in [-60, 200]: (2**k, p), p in
     [-0.30, 0.42] within 2**-54.3 absolute."""
-    magic = _math64._opaque(_math64._MAGIC)
-    v = a * -_math64._LOG2E + magic
-    kf = v - magic
-    k = lax.bitcast_convert_type(v, _I64) - _math64._MAGIC_BITS
-    # r = -a - k ln 2, rounded once (2**-55 absolute); expm1(r) to 2**-63.
-    r = (lax.neg(a) - kf * _math64._LN2_HI) - kf * _math64._LN2_LO
-    p = r + (r * r) * _math64._estrin(_math64._EXP_Q, r)
+    k, _, p, _ = _math64._exp_reduce(lax.neg(a))
     return _math.exp2_int(k, _F64), p
 
 
@@ -105,7 +98,7 @@ def softplus_value(x, beta):
     s = _fused(f / (f + 2.0))
     z = s * s
     hfsq = 0.5 * f * f
-    log = (f - hfsq) + s * (hfsq + z * _math64._horner(_math64._LOG1P_R, z))
+    log = (f - hfsq) + s * (hfsq + z * _words.horner(_math64._LOG1P_R, z))
     log = lax.select(big, log + 0.6931471805599453, log)
     log = lax.select(scale < 2.0**-60, e, log)
     q = _fused(log / b)

@@ -53,14 +53,6 @@ _AMAX = 200.0
 _BATCH = 16
 
 
-def _frexp(v):
-    """(m, e) with v = m 2**e, |m| in [1, 2), for a normal float32 v."""
-    bits = lax.bitcast_convert_type(v, _I32)
-    e = lax.shift_right_logical(bits, _I32(23)) & _I32(0xFF)
-    m = (bits & _I32(-0x7F800001)) | _I32(0x3F800000)
-    return lax.bitcast_convert_type(m, _F32), e - _I32(127)
-
-
 def _pow2(k):
     """2**k for int32 k, 0 below -126 (clamped at 127)."""
     k = lax.clamp(_I32(-127), k, _I32(127))
@@ -110,32 +102,32 @@ def _exp_neg(ah, al):
     2**(j/32) (n = 32 k + j) from the table and exp(r) = 1 + r + r**2/2 +
     r**3 p(r), the square as a double word."""
     nf = lax.round(ah * _F32(-_INV_C), lax.RoundingMethod.TO_NEAREST_EVEN)
-    r1h, r1l = _math64.two_sum(lax.neg(ah), nf * _F32(-_C1))
+    r1h, r1l = _words.two_sum(lax.neg(ah), nf * _F32(-_C1))
     p, pe = _words.two_prod(nf, lax.full_like(nf, _C2))
-    rh, rl = _math64.two_sum(r1h, lax.neg(p))
+    rh, rl = _words.two_sum(r1h, lax.neg(p))
     # al (up to 2**-17) enters exactly: rl's own terms are below 2**-26.
-    rh, rl2 = _math64.two_sum(rh, lax.neg(al))
+    rh, rl2 = _words.two_sum(rh, lax.neg(al))
     rl = (rl + rl2) + ((r1l - pe) - nf * _F32(_C3))
-    rh, rl = _math64.fast_two_sum(rh, rl)
+    rh, rl = _words.fast_two_sum(rh, rl)
     s, se = _words.two_prod(rh, rh)
     sqh, sql = 0.5 * s, 0.5 * se + rh * rl
     poly = _F32(1 / 6) + rh * (_F32(1 / 24) + rh * (_F32(1 / 120) + rh * _F32(1 / 720)))
     tail = s * rh * poly + 0.5 * s * rl
-    h, l0 = _math64.fast_two_sum(_words.one(rh), rh)
-    h, l1 = _math64.fast_two_sum(h, sqh)
-    eh, el = _math64.fast_two_sum(h, (l0 + l1) + ((rl + sql) + tail))
+    h, l0 = _words.fast_two_sum(_words.one(rh), rh)
+    h, l1 = _words.fast_two_sum(h, sqh)
+    eh, el = _words.fast_two_sum(h, (l0 + l1) + ((rl + sql) + tail))
     n = nf.astype(_I32)
     th, tl = _table(_EXP2, n & _I32(31))
     mh, ml = _words.two_prod(th, eh)
     ml = ml + (th * el + tl * eh)
-    return lax.shift_right_arithmetic(n, _I32(5)), _math64.fast_two_sum(mh, ml)
+    return lax.shift_right_arithmetic(n, _I32(5)), _words.fast_two_sum(mh, ml)
 
 
 def _t(src, beta):
     """(t, a_h, a_l): t = fl(beta src) and |beta src| = a_h + a_l exactly,
     clamped at 200 (a_l = 0 there, and where t is not finite)."""
     t = beta * src
-    err = _words.product_error(src, beta, t)
+    err = _math64.product_error(src, beta, t)
     ah = lax.abs(t)
     al = lax.select(t < 0, lax.neg(err), err)
     keep = (ah <= _AMAX) & jnp.isfinite(err)
@@ -152,9 +144,9 @@ def backward_value(src, dd, beta):
     t, ah, al = _t(src, beta)
     k, (mh, ml) = _exp_neg(ah, al)
     scale = _pow2(k)  # e = 2**k m, 0 where that is far below 2**-126
-    dh, dl = _math64.fast_two_sum(_words.one(mh), mh * scale)
+    dh, dl = _words.fast_two_sum(_words.one(mh), mh * scale)
     dl = dl + ml * scale
-    md, kd = _frexp(dd)
+    md, kd = _math.frexp(dd)
     # sigmoid(t) = 1 / (1 + e) for t >= 0, e / (1 + e) below.
     neg = t < 0
     nh, nl = _words.two_prod(md, mh)
@@ -180,17 +172,17 @@ def _log1p(k, m):
     (r,) = _table(_RECIP[:, None], j)
     gh, gl = _table(_LOGR, j)
     p, pe = _words.two_prod(eh, r)
-    dh, dl = _math64.two_sum(r - _words.one(r), p)
-    dh, dl = _math64.fast_two_sum(dh, dl + (pe + el * r))
+    dh, dl = _words.two_sum(r - _words.one(r), p)
+    dh, dl = _words.fast_two_sum(dh, dl + (pe + el * r))
     s, se = _words.two_prod(dh, dh)
     sqh, sql = -0.5 * s, -0.5 * se - dh * dl
     poly = _F32(1 / 3) + dh * (
         _F32(-1 / 4) + dh * (_F32(1 / 5) + dh * (_F32(-1 / 6) + dh * _F32(1 / 7)))
     )
     tail = s * dh * poly + s * dl
-    h, l0 = _math64.two_sum(gh, dh)
-    h, l1 = _math64.two_sum(h, sqh)
-    lh, ll = _math64.fast_two_sum(h, (l0 + l1) + (((dl + sql) + tail) + gl))
+    h, l0 = _words.two_sum(gh, dh)
+    h, l1 = _words.two_sum(h, sqh)
+    lh, ll = _words.fast_two_sum(h, (l0 + l1) + (((dl + sql) + tail) + gl))
     small = k < -45
     return (lax.select(small, mh, lh), lax.select(small, ml, ll)), lax.select(
         small, k, jnp.zeros_like(k)
@@ -204,23 +196,23 @@ def softplus_value(x, beta):
     t, ah, al = _t(x, beta)
     k, m = _exp_neg(ah, al)
     (lh, ll), kl = _log1p(k, m)
-    mb, kb = _frexp(beta)
+    mb, kb = _math.frexp(beta)
     qh, ql = _words.div((lh, ll), (lax.abs(mb), jnp.zeros_like(mb)))
     sign = lax.select(mb < 0, -jnp.ones_like(mb), jnp.ones_like(mb))
     qh, ql, kq = qh * sign, ql * sign, kl - kb
     # t > 0: x + q, in the frame of the larger: q / x = log1p(e) / t.
-    mx, kx = _frexp(x)
-    _, eq = _frexp(qh)
+    mx, kx = _math.frexp(x)
+    _, eq = _math.frexp(qh)
     f = lax.max(kx, kq + eq)
     xs = mx * _pow2(kx - f)
     qs = _pow2(kq - f)
-    sh, sl = _math64.two_sum(xs, qh * qs)
-    sh, sl = _math64.fast_two_sum(sh, sl + ql * qs)
+    sh, sl = _words.two_sum(xs, qh * qs)
+    sh, sl = _words.fast_two_sum(sh, sl + ql * qs)
     pos = t > 0
     vh, vl = lax.select(pos, sh, qh), lax.select(pos, sl, ql)
     # The double word into [1, 2) (log1p's can be near 2**-45): rounding it
     # to float16 must not meet float16's subnormals.
-    _, e = _frexp(vh)
+    _, e = _math.frexp(vh)
     scale = _pow2(-e)
     return (vh * scale, vl * scale), lax.select(pos, f, kq) + e
 
@@ -248,7 +240,7 @@ def _fe_backward(src, dd, beta):
     t, ah, al = _t(src, beta)
     k, m = _fe.exp(-_expansion(ah, al))
     den = _fe.add(_fe.const(1, m), _fe.scale(m, k))
-    md, kd = _frexp(dd)
+    md, kd = _math.frexp(dd)
     neg = t < 0
     num = jnp.where(neg[None], _fe.mul_scalar(m, md), _fe.scalar(md))
     return _fe.div(num, den), kd + lax.select(neg, k, jnp.zeros_like(k))
@@ -287,11 +279,11 @@ def _fe_softplus(x, beta):
     kd, md = _exp_neg(ah, al)
     seed, _ = _log1p(kd, md)
     z, kz = _fe_log1p(k, m, seed)
-    mb, kb = _frexp(beta)
+    mb, kb = _math.frexp(beta)
     q = _fe.div(z, _fe.scalar(lax.abs(mb))) * lax.sign(mb)[None]
     kq = kz - kb
-    mx, kx = _frexp(x)
-    _, eq = _frexp(q[0])
+    mx, kx = _math.frexp(x)
+    _, eq = _math.frexp(q[0])
     f = lax.max(kx, kq + eq)
     s = _fe.add(_fe.scalar(mx * _pow2(kx - f)), q * _pow2(kq - f)[None])
     pos = t > 0
@@ -301,7 +293,7 @@ def _fe_softplus(x, beta):
 def _finish(v, k, dtype):
     """The expansion v times 2**k, correctly rounded to `dtype` (v taken
     into [1, 2) first, so that no rounding meets float16's subnormals)."""
-    _, e = _frexp(v[0])
+    _, e = _math.frexp(v[0])
     out = _fe.round_nearest(v * _pow2(-e)[None], _PRECISION[np.dtype(dtype)])
     return _scaled(out, k + e, dtype)
 

@@ -44,6 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_softplus import _words
+
 _F32 = np.float32
 _I32 = np.int32
 _BF16 = jnp.dtype(jnp.bfloat16)
@@ -104,6 +106,16 @@ def exp2_int(e, dtype):
     return _pow2(lax.clamp(np.int32(-126), e.astype(np.int32), np.int32(126)))
 
 
+def frexp(v):
+    """(m, e) with v = m 2**e, |m| in [1, 2) and int32 e, for a normal
+    float32 v."""
+    bits = lax.bitcast_convert_type(v, _I32)
+    e = lax.shift_right_logical(bits, _I32(23)) & _I32(0xFF)
+    m = (bits & _I32(-0x7F800001)) | _I32(0x3F800000)  # the sign kept
+    m = lax.bitcast_convert_type(m, _F32)
+    return m, e - _I32(127)
+
+
 def times_pow2(y, k):
     """y * 2**k for int32 k, rounded once: in two exact steps of the normal
     range (|k| is clamped where the result is 0 or inf anyway)."""
@@ -122,24 +134,6 @@ def power(v, k):
     if out is None:
         return None
     return out if k > 0 else lax.reciprocal(out)
-
-
-def _split(v):
-    """Split float32 v into hi + lo with 12 significant bits in each half."""
-    hi = lax.bitcast_convert_type(lax.bitcast_convert_type(v, _I32) & _I32(-4096), _F32)
-    return hi, v - hi
-
-
-def _product_error(beta, x, t):
-    """The exact rounding error `beta * x - t` of `t = fl(beta * x)`.
-
-    Dekker's product with a bit-mask split. Every partial product is exact,
-    so the result does not depend on whether the compiler contracts the
-    multiply-adds into FMAs.
-    """
-    bh, bl = _split(beta)
-    xh, xl = _split(x)
-    return ((bh * xh - t) + bh * xl + bl * xh) + bl * xl
 
 
 def _fused_product_error(beta, x, t):
@@ -161,7 +155,7 @@ def _fused_product_error(beta, x, t):
     Only for targets with FMA (`fma_contracts`).
     """
     tiny = lax.abs(beta) < _F32(2.0**-100)
-    hi, _ = _split(beta * _F32(1 - 2.0**-12))
+    hi, _ = _words.split(beta * _F32(1 - 2.0**-12))
     bh = lax.select(tiny, beta, hi)
     bl = lax.select(tiny, lax.full_like(beta, 0), beta - hi)
     return (bh * x - t) + bl * x
@@ -185,14 +179,6 @@ def fma_contracts() -> bool:
     return machine in ("arm64", "aarch64")
 
 
-def _expm1_q(r):
-    """q(r) of expm1(r) = r + r**2 q(r), by Horner's rule."""
-    q = _EXPM1_Q[0]
-    for c in _EXPM1_Q[1:]:
-        q = q * r + c
-    return q
-
-
 def _nearest_k(z):
     """k = z / ln 2 rounded to nearest, as int32 and as float32.
 
@@ -210,14 +196,15 @@ def _nearest_k(z):
     return lax.bitcast_convert_type(v, _I32) - _MAGIC_BITS, v - magic
 
 
-def _exp_reduce(z, zl, compensated=True):
+def _exp_reduce(z, zl, compensated=True, split=False):
     """exp(z + zl) = 2**k * (1 + p) for float32 z in [-_ZDEEP, _ZDEEP].
 
     `zl` is a small correction (the product error, or None for an exact z).
     With k from `_nearest_k`, a degree-6 polynomial suffices for expm1(r).
     `compensated`: p keeps the rounding error of the reduced argument (two
     operations more). Returns (k as int32, k as float32, p) with p in
-    [-0.30, 0.42] up to rounding.
+    [-0.30, 0.42] up to rounding; with `split` (compensated), p as the
+    unevaluated sum (rh, rest) of the exact reduced argument and the rest.
     """
     k, kf = _nearest_k(z)
     rh = z - kf * _LN2_HI  # exact: _LN2_HI has 9 bits, |k| < 2**15
@@ -229,7 +216,7 @@ def _exp_reduce(z, zl, compensated=True):
         r = rh - kf * _LN2_LO
         if zl is not None:
             r = r + zl
-        return k, kf, r + _expm1_q(r) * (r * r)
+        return k, kf, r + _words.horner(_EXPM1_Q, r) * (r * r)
     # The two small terms are summed first: |w| < 0.06, so that rounding is
     # below 2**-28, and zl == 0 gives the same bits as zl = None.
     w = kf * _LN2_LO
@@ -239,7 +226,8 @@ def _exp_reduce(z, zl, compensated=True):
     # the rounded r serves only as the polynomial's argument and the sum has
     # one rounding of p's size.
     r = rh - w
-    return k, kf, rh + (_expm1_q(r) * (r * r) - w)
+    rest = _words.horner(_EXPM1_Q, r) * (r * r) - w
+    return k, kf, (rh, rest) if split else rh + rest
 
 
 # Where the fused kernel clamps z = -t (`_src_bounds`): below -_ZLOW the
@@ -296,7 +284,7 @@ def _exp_reduce_fused(beta, x, tiny=False):
 
     The reduced argument r = z - k ln 2 comes from the exact product in one
     FMA, so the product's rounding needs no operation of its own
-    (`_product_error` costs four, `_fused_product_error` three). For that
+    (`_words.product_error` costs four, `_fused_product_error` three). For that
     the FMA's multiply must have no other use, which LLVM would merge with
     it: it multiplies src clamped (`_src_bounds`), which nothing else
     computes; k comes from xc times nbeta log2(e); and k ln_hi is an FMA too
@@ -335,7 +323,8 @@ def _exp_reduce_fused(beta, x, tiny=False):
     r = nbeta * xc + c
     r = r - ks * (_LN2_LO * per_s)
     deep = ks > _F32(253) * s
-    return lax.bitcast_convert_type(v, _I32), deep, r + _expm1_q(r) * (r * r)
+    p = r + _words.horner(_EXPM1_Q, r) * (r * r)
+    return lax.bitcast_convert_type(v, _I32), deep, p
 
 
 def _balance(beta, x):
@@ -363,7 +352,7 @@ def _product(beta, x, compensate, limit, fused=False):
     t = beta * x
     if not compensate:
         return t, None
-    tl = (_fused_product_error if fused else _product_error)(beta, x, t)
+    tl = (_fused_product_error if fused else _words.product_error)(beta, x, t)
     # Where |t| is clamped (at `limit`, or t is inf/NaN) the correction is
     # moot and the split may overflow; drop it there.
     return t, lax.select(lax.abs(t) < limit, tl, lax.full_like(tl, 0))
@@ -439,23 +428,15 @@ def _divide(a, b, div=None):
     finite, or the result is not finite, it is `div(a, b)`.
     """
     div = div or lax.div
-    ma, ea = _significand(a)
-    mb, eb = _significand(b)
+    ma, ea = frexp(lax.abs(a))
+    mb, eb = frexp(lax.abs(b))
     q = div(ma, mb)
     p = q * mb
-    r = (ma - p) - _product_error(q, mb, p)
+    r = (ma - p) - _words.product_error(q, mb, p)
     fixed = times_pow2(q + div(r, mb), ea - eb)
     fixed = lax.select((a < 0) != (b < 0), -fixed, fixed)
     normal = _is_normal(a) & _is_normal(b) & lax.is_finite(fixed)
     return lax.select(normal, fixed, div(a, b))
-
-
-def _significand(v):
-    """(m, e) with |v| = m 2**e and m in [1, 2), for a normal float32 v."""
-    bits = lax.bitcast_convert_type(v, _I32)
-    e = lax.shift_right_logical(bits, _I32(23)) & _I32(0xFF)
-    m = lax.bitcast_convert_type((bits & _I32(0x7FFFFF)) | _I32(0x3F800000), _F32)
-    return m, e - _I32(127)
 
 
 def _is_normal(v):
@@ -492,7 +473,8 @@ def sigmoid_times_f32(
         if compensate:
             # Where z is clamped (or inf or NaN) the correction is moot and
             # may be NaN or overflow: dropped there, with one compare.
-            zl = lax.select(zc == z, _product_error(nbeta, x, z), lax.full_like(z, 0))
+            zl = _words.product_error(nbeta, x, z)
+            zl = lax.select(zc == z, zl, lax.full_like(z, 0))
         # The reduced argument uncompensated: two instructions (5% of the
         # 256-bit loop) for tails' maxima of 1.9 ulp instead of 1.7; the
         # core's maximum (1.96) is the denominator's.

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math
+from jax_softplus import _math, _words
 
 _F64 = np.float64
 _I64 = np.int64
@@ -93,36 +93,6 @@ def _opaque(value):
     return lax.optimization_barrier(np.asarray(value, _F64))
 
 
-def two_sum(a, b):
-    """(s, e) with s = fl(a + b) and s + e = a + b exactly (Knuth)."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-def fast_two_sum(a, b):
-    """two_sum for |a| >= |b| (or a = 0): three operations (Dekker)."""
-    s = a + b
-    return s, b - (s - a)
-
-
-def _split(v):
-    """v = hi + lo, hi with 26 significant bits (a mask: no overflow)."""
-    bits = lax.bitcast_convert_type(v, _I64) & _I64(-(1 << 27))
-    hi = lax.bitcast_convert_type(bits, _F64)
-    return hi, v - hi
-
-
-def two_prod(a, b):
-    """(p, e) with p = fl(a b) and p + e = a b (Dekker; the last partial
-    product, of 54 bits, rounds, 2**-106 relative). Every other partial
-    product is exact, so a contracted FMA changes nothing."""
-    p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
 def _fused_product_error(a, x, t):
     """The error a x - t of t = fl(a x), in two FMAs where the compiler
     contracts `u * v - w` into one (`_math.fma_contracts`).
@@ -133,15 +103,8 @@ def _fused_product_error(a, x, t):
     is exact to 2**-79 |t| and is of al x's size, so the sum rounds below
     2**-53 of the error itself.
     """
-    ah, _ = _split(a * (1.0 - 2.0**-26))
+    ah, _ = _words.split(a * (1.0 - 2.0**-26))
     return (ah * x - t) + (a - ah) * x
-
-
-def _horner(coeffs, v):
-    out = coeffs[0]
-    for c in coeffs[1:]:
-        out = out * v + c
-    return out
 
 
 def _estrin(coeffs, v):
@@ -171,21 +134,42 @@ def _balance(beta, x):
     return beta * down, x * _math.exp2_int(e, _F64), down, -e
 
 
-def _exp_reduce(z, zl):
+def product_error(src, beta, t):
+    """The exact rounding error beta src - t of t = fl(beta src), in float32
+    or float64, the factors rebalanced by a power of two first, so that no
+    partial product of the split is subnormal (a beta of 1e35 times a src
+    of 1e-35)."""
+    beta = beta * lax.full_like(src, 1)
+    if t.dtype == _F64:
+        b, x, _, _ = _balance(beta, src)
+    else:
+        b, x, _ = _math._balance(beta, src)
+    return _words.product_error(b, x, t)
+
+
+def _exp_reduce(z, zl=None, poly=_EXP_Q):
     """exp(z + zl) = 2**k (1 + p + pl) for z in [-1418.5, 1418.5] and a
     small correction zl: k (int64) the nearest integer to z / ln 2, its
     float kf, and expm1 of the reduced argument as a double word (p, pl),
     p in [-0.30, 0.42] and |pl| <= 2**-53 |p|. Relative error about
-    2**-62."""
+    2**-62.
+
+    With no correction, exp(z) = 2**k (1 + p) with p in one word (pl is
+    None): the reduced argument rounds once (2**-55 absolute), and `poly`
+    (q in expm1(r) = r + r**2 q(r), highest first) may be a shorter one.
+    """
     magic = _opaque(_MAGIC)
     v = z * _LOG2E + magic
     kf = v - magic
     k = lax.bitcast_convert_type(v, _I64) - _MAGIC_BITS
     rh = z - kf * _LN2_HI  # exact (Sterbenz; k * _LN2_HI has 43 bits)
-    r, rl = fast_two_sum(rh, zl - kf * _LN2_LO)
+    if zl is None:
+        r = rh - kf * _LN2_LO
+        return k, kf, r + (r * r) * _estrin(poly, r), None
+    r, rl = _words.fast_two_sum(rh, zl - kf * _LN2_LO)
     # expm1(r + rl) = r + r**2 q(r) + rl (1 + r) to 2**-106; the sum with
     # r exact (|r| > r**2 q(r)), the rest's rounding of r**2's size.
-    p, pl = fast_two_sum(r, (r * r) * _estrin(_EXP_Q, r) + (rl + rl * r))
+    p, pl = _words.fast_two_sum(r, (r * r) * _estrin(poly, r) + (rl + rl * r))
     return k, kf, p, pl
 
 
@@ -212,28 +196,6 @@ def _normalize(v):
     return v * scale, lax.shift_right_logical(exp_bits, _I64(52)) - _I64(1023)
 
 
-# 1 / m on [1, 2], relative error 2**-9.2 (interpolation at Chebyshev
-# points), highest first; two Newton steps take it to 2**-36.7.
-_RECIP = (-0.22183709, 1.33102253, -2.93934142, 2.82842288)
-
-
-def _reciprocal(d):
-    """1 / d for d in [1, 4), to 2**-36 relative, in cheap operations only.
-
-    XLA will not duplicate an expensive producer (a division) into several
-    consumers, so a division whose result is read twice splits the loop in
-    several fusions with their intermediates in memory; the quotient's
-    correction needs 1 / d only to half precision (its error enters
-    squared). NaN stays NaN.
-    """
-    upper = d >= 2.0
-    m = lax.select(upper, d * 0.5, d)
-    y = _horner(_RECIP, m)
-    for _ in range(2):  # Newton: 2**-18.3, then 2**-36.7
-        y = y * (2.0 - m * y)
-    return lax.select(upper, y * 0.5, y)
-
-
 def _guarded(hi, lo):
     """hi + lo, or hi where lo is NaN: the correction of a quotient whose
     operand is infinite is inf - inf."""
@@ -246,7 +208,7 @@ def sigmoid_times(src, dd, beta, *, fused=False):
     With exp(-t) = 2**k (1 + p + pl): dd / (1 + exp(-t)) = 2**(e - K) m / D
     for dd = m 2**e (m in [1, 2)) and D = 2**-K (1 + exp(-t)) in [1, 4)
     (`_denominator_scales`), summed as a double word (Dh, Dl). The quotient
-    q = m y, y = 1 / Dh to 2**-36 (`_reciprocal`), is corrected by its exact
+    q = m y, y = 1 / Dh to 2**-36 (`_words.reciprocal`), is corrected by its exact
     remainder, q + (m - q Dh - q Dl) y, which rounds once; the power of
     two is applied in two exact steps. The product is exact as a double
     word and the clamps of -t (-40 and 1418.5) are where sigmoid rounds to
@@ -264,22 +226,22 @@ def sigmoid_times(src, dd, beta, *, fused=False):
         z = nbeta * x
         zl = _fused_product_error(nbeta, x, z)
     else:
-        z, zl = two_prod(nbeta, x)
+        z, zl = _words.two_prod(nbeta, x)
     zc = lax.clamp(-_ZLOW, z, _ZHIGH)
     # Where z is clamped (or inf or NaN) the correction is moot, and NaN.
     k, _, p, pl = _exp_reduce(zc, lax.select(zc == z, zl, lax.full_like(zl, 0)))
     xs, ys = _denominator_scales(k)
-    h, l1 = fast_two_sum(xs, xs * p)  # |xs p| < xs / 2, and xs p is exact
-    dh, l2 = two_sum(h, ys)
+    h, l1 = _words.fast_two_sum(xs, xs * p)  # |xs p| < xs / 2, and xs p is exact
+    dh, l2 = _words.two_sum(h, ys)
     dl = (l1 + l2) + xs * pl
     dd = lax.select(_math.sigmoid_is_zero(src, beta), dd * 0.0, dd)
     m, e = _normalize(dd)
-    y = _reciprocal(dh)  # dh in [1, 4)
+    y = _words.reciprocal(dh)  # dh in [1, 4)
     q = m * y
     if fused:
         rem = (m - q * dh) - q * dl  # exact: one FMA
     else:
-        ph, ql = two_prod(q, dh)
+        ph, ql = _words.two_prod(q, dh)
         rem = ((m - ph) - ql) - q * dl
     out = _guarded(q, rem * y)
     shift = e - lax.max(k - _I64(1), _I64(0))
@@ -302,12 +264,12 @@ def _log1p(eh, el):
     j = lax.select(big, lax.full_like(eh, 1.0), lax.full_like(eh, 0.0))
     s = fh / (fh + 2.0)
     z = s * s
-    rz = z * _horner(_LOG1P_R, z)
-    hh, hl = two_prod(fh, fh)
+    rz = z * _words.horner(_LOG1P_R, z)
+    hh, hl = _words.two_prod(fh, fh)
     hh, hl = hh * 0.5, hl * 0.5
-    u, ue = fast_two_sum(fh, -hh)  # f - hfsq, exactly
+    u, ue = _words.fast_two_sum(fh, -hh)  # f - hfsq, exactly
     small = (ue - (hl - s * (hh + rz))) + fl * (1.0 - fh * (1.0 - fh * (1.0 - fh)))
-    lh, le = fast_two_sum(j * 0.6931471805599453, u)
+    lh, le = _words.fast_two_sum(j * 0.6931471805599453, u)
     return lh, le + (small + j * 2.3190468138462996e-17)
 
 
@@ -315,7 +277,7 @@ def _divide(nh, nl, recip, b):
     """(nh + nl) / b as a double word, from recip = 1 / b (rounded): the
     quotient nh recip corrected by its exact remainder."""
     q = nh * recip
-    ph, pl = two_prod(q, b)
+    ph, pl = _words.two_prod(q, b)
     return q, ((nh - ph) - pl + nl) * recip
 
 
@@ -332,19 +294,19 @@ def softplus(x, beta):
     """
     x_in = x
     b, x, unbalance, e_unbalance = _balance(beta, x)
-    t, tl = two_prod(b, x)
+    t, tl = _words.two_prod(b, x)
     pos = t > 0
     z = lax.max(-lax.abs(t), lax.full_like(t, -_ZFWD))
     zl = lax.select(z == -lax.abs(t), lax.select(pos, -tl, tl), lax.full_like(tl, 0))
     k, kf, p, pl = _exp_reduce(z, zl)
     tail = kf < _K_TAIL
-    mh, ml = fast_two_sum(_opaque(1.0), p)
+    mh, ml = _words.fast_two_sum(_opaque(1.0), p)
     ml = ml + pl  # exp(z) = 2**k (mh + ml)
     scale = _math.exp2_int(lax.max(k, _I64(-61)), _F64)
     lh, ll = _log1p(mh * scale, ml * scale)
     recip = 1.0 / b
     qh, ql = _divide(lax.select(tail, mh, lh), lax.select(tail, ml, ll), recip, b)
-    sh, sl = two_sum(x, qh)
+    sh, sl = _words.two_sum(x, qh)
     body_pos = _guarded(sh, sl + ql) * unbalance
     part = _guarded(qh, ql)
     body_neg = part * unbalance

@@ -91,15 +91,11 @@ def _exp_pair(z, zl):
     float64: `_math64._exp_reduce`, 2**-62)."""
     if z.dtype == np.float64:
         k, _, p, pl = _math64._exp_reduce(z, zl)
-        hi, lo = _math64.fast_two_sum(_words.one(p), p)
-        return k.astype(np.int32), _math64.fast_two_sum(hi, lo + pl)
-    k, kf = _math._nearest_k(z)
-    rh = z - kf * _math._LN2_HI  # exact
-    w = kf * _math._LN2_LO - zl
-    r = rh - w
-    rest = _math._expm1_q(r) * (r * r) - w  # expm1(r) = rh + rest
-    hi, lo = _math64.fast_two_sum(_words.one(rh), rh)
-    return k, _math64.fast_two_sum(hi, lo + rest)
+        hi, lo = _words.fast_two_sum(_words.one(p), p)
+        return k.astype(np.int32), _words.fast_two_sum(hi, lo + pl)
+    k, _, (rh, rest) = _math._exp_reduce(z, zl, split=True)
+    hi, lo = _words.fast_two_sum(_words.one(rh), rh)
+    return k, _words.fast_two_sum(hi, lo + rest)
 
 
 class _Exp:
@@ -114,7 +110,7 @@ class _Exp:
         # diff_dst included: t is clamped there, and where the product
         # overflowed (a masked finfo.min element) its error is not NaN.
         clamped = jnp.clip(t, -_CLAMP[cdt], _CLAMP[cdt])
-        err = _words.product_error(src, beta, t)
+        err = _math64.product_error(src, beta, t)
         err = jnp.where((t == clamped) & jnp.isfinite(err), err, jnp.zeros_like(err))
         self.t, self.err = clamped, err
         # -a = z + zl.
@@ -125,7 +121,7 @@ class _Exp:
         scale = _math.exp2_int(jnp.maximum(self.k, _LOWEST[cdt]), cdt)
         self.e = (self.pair[0] * scale, self.pair[1] * scale)
         # 1 + e, exactly as a double word.
-        dh, dl = _math64.fast_two_sum(_words.one(z), self.e[0])
+        dh, dl = _words.fast_two_sum(_words.one(z), self.e[0])
         self.d = (dh, dl + self.e[1])
 
     @functools.cached_property
@@ -163,27 +159,20 @@ class _Exp:
         y3 = _words.mul(y2, y)
         coeffs = _series.tanh_series(_TANH_TERMS[cdt])
         c2h, c2l = _series.tanh_coefficient_word(2, cdt)
-        tail = y2[0] * _horner(coeffs[2:], y2[0])
-        c2 = _math64.fast_two_sum(lax.full_like(y, c2h), tail)
+        tail = y2[0] * _words.horner(coeffs[:1:-1], y2[0])
+        c2 = _words.fast_two_sum(lax.full_like(y, c2h), tail)
         rh, rl = _words.mul2(y3, (c2[0], c2[1] + c2l))
         rl = rl + 2 * self.w * self.err
         sh, sl = _words.div(self.e, self.d)  # s(-a), normal where a < 87
-        th, tl = _math64.fast_two_sum(_words.one(sh), -2 * sh)
+        th, tl = _words.fast_two_sum(_words.one(sh), -2 * sh)
         sign = jnp.sign(t)
         near = lax.abs(t) < 1.4
         # y + rh: |rh| < |y| / 6, so that the sum's error is exact.
-        sh2, se = _math64.fast_two_sum(y, rh)
-        return _math64.fast_two_sum(
+        sh2, se = _words.fast_two_sum(y, rh)
+        return _words.fast_two_sum(
             jnp.where(near, sh2, sign * th),
             jnp.where(near, se + rl, sign * (tl - 2 * sl)),
         )
-
-
-def _horner(coeffs, w):
-    out = jnp.full_like(w, coeffs[-1])
-    for c in coeffs[-2::-1]:
-        out = out * w + c
-    return out
 
 
 def _frexp(v):
@@ -253,9 +242,9 @@ def _parts(terms, hints, src, beta, dd=None, exp=None):
                 tau = exp.tanh_half()
             poly = None
             if any(odd):
-                poly = _words.mul(tau, _horner(odd, exp.w))
+                poly = _words.mul(tau, _words.horner(odd[::-1], exp.w))
             if any(even):
-                a = _horner(even, exp.w)
+                a = _words.horner(even[::-1], exp.w)
                 poly = (a, jnp.zeros_like(a)) if poly is None else _add(poly, a)
             v = _words.mul2(v, poly)
         if c != 1:
@@ -265,7 +254,7 @@ def _parts(terms, hints, src, beta, dd=None, exp=None):
 
 
 def _add(x, f):
-    s, e = _math64.two_sum(x[0], f)
+    s, e = _words.two_sum(x[0], f)
     return s, e + x[1]
 
 
@@ -283,7 +272,7 @@ def _aligned(parts):
         if total is None:
             total = (hi, lo)
         else:
-            s, e = _math64.two_sum(total[0], hi)
+            s, e = _words.two_sum(total[0], hi)
             total = (s, (total[1] + lo) + e)
     return total, top
 
@@ -329,7 +318,7 @@ def _dbeta1_parts(x, beta, exp, coef, j):
     a = (lax.abs(t), jnp.sign(t) * exp.err)
     far = lax.abs(t) > _DBETA_SWITCH[cdt]
     if cdt == np.float64:
-        log = _math64.fast_two_sum(*_math64._log1p(*exp.e))
+        log = _words.fast_two_sum(*_math64._log1p(*exp.e))
     else:
         log = (_math._log1p_small(*exp.e), jnp.zeros_like(t))
     near = _add2(_words.mul2(a, exp.e), _words.mul2(log, exp.d))
@@ -359,7 +348,7 @@ def _dbeta1_parts(x, beta, exp, coef, j):
 
 def _add2(x, y):
     """The double words x plus y."""
-    s, e = _math64.two_sum(x[0], y[0])
+    s, e = _words.two_sum(x[0], y[0])
     return s, e + (x[1] + y[1])
 
 

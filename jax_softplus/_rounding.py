@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math64
+from jax_softplus import _words
 
 _F32 = np.float32
 _F64 = np.float64
@@ -80,7 +80,7 @@ def _to(s, e, dtype):
 
 def round_pair(hi, lo, dtype):
     """hi + lo (float32 or float64 words) rounded to `dtype` once."""
-    return _to(*_math64.two_sum(hi, lo), dtype)
+    return _to(*_words.two_sum(hi, lo), dtype)
 
 
 def rounded(v, error, dtype):

@@ -17,7 +17,7 @@ a CPU these are evaluated here, in float64, and rounded once to float32:
 
 Every operation is a cheap one for XLA: XLA will not duplicate an
 expensive operation (exp, log1p, a division) into several consumers, and a
-derivative's families then stay in one loop (`_math64._reciprocal`).
+derivative's families then stay in one loop (`_words.reciprocal`).
 
 A float64 operation needs x64 on while it is traced; `_float64` turns it on
 for the evaluation's trace only, whatever the user's setting. The caller
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_softplus import _math, _math64, _series
+from jax_softplus import _math, _math64, _series, _words
 
 _F32 = np.float32
 _F64 = np.float64
@@ -101,16 +101,11 @@ class _Sigmoid:
         a = lax.min(lax.abs(self.t), lax.full_like(self.t, _A_MAX))
         self.a = a
         # exp(-a) = 2**k (1 + p), k the nearest integer to -a / ln 2.
-        magic = _math64._opaque(_math64._MAGIC)
-        v = a * -_math64._LOG2E + magic
-        kf = v - magic
-        k = lax.bitcast_convert_type(v, np.int64) - _math64._MAGIC_BITS
-        r = (kf * -_math64._LN2_HI - a) - kf * _math64._LN2_LO
-        p = r + (r * r) * _math64._estrin(_EXP_Q, r)
+        k, _, p, _ = _math64._exp_reduce(lax.neg(a), poly=_EXP_Q)
         self.e = (1.0 + p) * _math.exp2_int(k, _F64)  # exp(-|t|), to 2**-39
         # expm1(-|t|), without 1 - e's cancellation below |t| = ln(2) / 2.
         self.em1 = lax.select(k == 0, p, self.e - 1.0)
-        self.u = _math64._reciprocal(1.0 + self.e)  # s(|t|), 1 + e in [1, 2]
+        self.u = _words.reciprocal(1.0 + self.e)  # s(|t|), 1 + e in [1, 2]
 
     @functools.cached_property
     def log1p(self):
@@ -151,9 +146,9 @@ def _combination(terms, sig):
         else:
             even, odd = _series.slope_polynomial(n)
             w = sig.slope
-            poly = _horner64(even, w) if any(even) else None
+            poly = _words.horner(even[::-1], w) if any(even) else None
             if any(odd):
-                tail = sig.tau * _horner64(odd, w)
+                tail = sig.tau * _words.horner(odd[::-1], w)
                 poly = tail if poly is None else poly + tail
             # src**i beta**j = t**m src**(i - m) beta**(j - m): one of the two
             # powers is 1, and t**m is of the clamped t, so that a factor
@@ -178,14 +173,6 @@ def _combination(terms, sig):
     if base is None:
         return slope
     return base if slope is None else base + slope
-
-
-def _horner64(coeffs, w):
-    """sum c_a w**a (integer coefficients, lowest first) in float64."""
-    out = None
-    for c in coeffs[::-1]:
-        out = jnp.full_like(w, float(c)) if out is None else out * w + float(c)
-    return out
 
 
 def combination(terms, hints, src, beta, dd=None):
