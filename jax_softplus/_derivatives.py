@@ -160,7 +160,7 @@ def _dsoftplus_dbeta_jvp(k, hints, primals, tangents):
 
 
 def _softplus_backward_jvp(
-    primals, tangents, *, beta_hints=_primitive.NO_HINTS, accuracy=None
+    primals, tangents, *, beta_hints=_primitive.NO_HINTS, accuracy=None, inplace=False
 ):
     """Tangent of g * s(b x), with s the sigmoid and s' = s(t) s(-t).
 
@@ -176,7 +176,7 @@ def _softplus_backward_jvp(
     src_dot, diff_dst_dot, beta_dot = (
         t if type(t) is ad.Zero else _primitive._arrays(t)[0] for t in tangents
     )
-    out = bind(src, diff_dst, beta, beta_hints, accuracy)
+    out = bind(src, diff_dst, beta, beta_hints, accuracy, inplace)
     dtype, cdt = src.dtype, beta.dtype
     terms = []
     if type(diff_dst_dot) is not ad.Zero:

@@ -35,11 +35,8 @@ import numpy as np
 from jax_softplus import (
     _compat,
     _forward,
-    _highest,
-    _platforms,
     _sharding,
     _validate,
-    _wide,
 )
 from jax_softplus._primitive import bind
 from jax_softplus._validate import BetaHints
@@ -190,8 +187,18 @@ def backward_call(src, diff_dst, beta, checked, hints, accuracy=None):
 # In place --------------------------------------------------------------------
 
 
-def _inplace(src, diff_dst, beta, hints, accuracy=None, layout=None):
-    out = bind(src, diff_dst, beta, hints, accuracy)
+def _inplace(src, diff_dst, beta, hints, accuracy=None, layout=None, shards=None):
+    """The in-place op's jit body: the primitive asked for a program that
+    XLA can write over the donated diff_dst (at HIGHEST, the two passes),
+    on each shard of `shards` (`_shards`) or as a whole."""
+
+    def call(src, diff_dst, beta):
+        return bind(src, diff_dst, beta, hints, accuracy, inplace=True)
+
+    if shards is None:
+        out = call(src, diff_dst, beta)
+    else:
+        out = _sharding.per_shard(call, src, diff_dst, beta, sharding=shards)
     if layout is not None:
         # The result must be laid out as diff_dst for XLA to reuse its buffer;
         # left to itself it may follow src's sharding and allocate.
@@ -199,108 +206,41 @@ def _inplace(src, diff_dst, beta, hints, accuracy=None, layout=None):
     return out
 
 
+_STATIC_INPLACE = ("hints", "accuracy", "shards")
 _inplace_jit = own_jit(
     _inplace,
     donate_argnames=("diff_dst",),
-    static_argnames=("hints", "accuracy", "layout"),
+    static_argnames=(*_STATIC_INPLACE, "layout"),
 )
 
 
-def _inplace_self(diff_dst, beta, hints, accuracy=None):
-    return _inplace(diff_dst, diff_dst, beta, hints, accuracy)
+def _inplace_self(diff_dst, beta, hints, accuracy=None, shards=None):
+    return _inplace(diff_dst, diff_dst, beta, hints, accuracy, shards=shards)
 
 
 # One array as both operands: the runtime refuses to donate a buffer that the
 # same call also reads as another argument, so the kernel reads its one
 # (donated) argument twice. Still in place: each element is read, then written.
 _inplace_self_jit = own_jit(
-    _inplace_self, donate_argnames=("diff_dst",), static_argnames=("hints", "accuracy")
+    _inplace_self, donate_argnames=("diff_dst",), static_argnames=_STATIC_INPLACE
 )
 
-# At HIGHEST, data on one device of a platform with float64 are written
-# over diff_dst too, in two passes (`_highest.backward`): the first
-# marks the rare elements whose rounding float64 leaves in doubt, and the
-# second leaves their diff_dst in place for the step that resolves them.
-# Sharded data take them on each shard. Elsewhere (a TPU's float32
-# evaluation, shardings other than a NamedSharding) that step reads
-# diff_dst after the main pass wrote its result, so a donated call would
-# make XLA write that result into a temporary as large as it and copy it
-# into diff_dst's buffer: there the call takes a new output instead, and
-# deletes diff_dst after it.
-_HIGHEST_JITS = {
-    _inplace_jit: own_jit(_inplace, static_argnames=("hints", "accuracy", "layout")),
-    _inplace_self_jit: own_jit(_inplace_self, static_argnames=("hints", "accuracy")),
-}
 
-
-def _inplace_highest(src, diff_dst, beta, layout=None, shards=None):
-    """The two passes, on each shard of `shards` (diff_dst's sharding over
-    several devices) or on the one device."""
-    with _wide._float64():
-        if shards is None:
-            out = _highest.backward(src, diff_dst, beta, inplace=True)
-        else:
-            out = _sharding.per_shard(
-                functools.partial(_highest.backward, inplace=True),
-                src,
-                diff_dst,
-                beta,
-                sharding=shards,
-            )
-    if layout is not None:
-        out = _sharding.constrain(out, layout)
-    return out
-
-
-def _inplace_highest_self(diff_dst, beta, shards=None):
-    return _inplace_highest(diff_dst, diff_dst, beta, shards=shards)
-
-
-_OVER = {
-    _inplace_jit: own_jit(
-        _inplace_highest,
-        donate_argnames=("diff_dst",),
-        static_argnames=("layout", "shards"),
-    ),
-    _inplace_self_jit: own_jit(
-        _inplace_highest_self,
-        donate_argnames=("diff_dst",),
-        static_argnames=("shards",),
-    ),
-}
-
-
-def _writes_over(diff_dst, accuracy):
-    """(over, shards): whether an in-place call at `accuracy` writes over
-    diff_dst in two passes (HIGHEST on float32, bfloat16 or float16 data
-    on a platform with float64), and diff_dst's `NamedSharding` where it
-    spans several devices (each shard then takes the two passes; another
-    sharding over several devices takes a new output). A spec without a
-    layout is on the default backend."""
+def _shards(diff_dst, accuracy):
+    """diff_dst's `NamedSharding` where it spans several devices and the
+    call is at HIGHEST on a dtype it evaluates apart: each shard then takes
+    the loop of the undecided elements in its own buffer (over the whole
+    array, XLA's partitioner would gather them). None elsewhere. A spec
+    without a layout is on one device."""
     if accuracy != "highest" or diff_dst.dtype not in _validate.HIGHEST_DTYPES:
-        return False, None
+        return None
     sharding = diff_dst.sharding
-    if sharding is None:
-        platforms, shards = {jax.default_backend()}, None
-    else:
-        platforms = {d.platform for d in sharding.device_set}
-        shards = sharding if len(sharding.device_set) > 1 else None
-        if shards is not None and not isinstance(shards, jax.sharding.NamedSharding):
-            return False, None
-    kinds = {_platforms.kind({"gpu": "cuda"}.get(p, p)) for p in platforms}
-    return kinds <= {"cpu", "gpu"}, shards
-
-
-def _twin(accuracy, dtype):
-    """Whether an in-place call at `accuracy` that is not written over in
-    two passes takes the jit that donates nothing: HIGHEST on the dtypes it
-    evaluates apart (float64 at HIGHEST is the default kernel, donated)."""
-    return accuracy == "highest" and dtype in _validate.HIGHEST_DTYPES
-
-
-def _inplace_for(jitted, accuracy, dtype):
-    """The in-place jit, or where `_twin` its twin that donates nothing."""
-    return _HIGHEST_JITS[jitted] if _twin(accuracy, dtype) else jitted
+    if (
+        isinstance(sharding, jax.sharding.NamedSharding)
+        and len(sharding.device_set) > 1
+    ):
+        return sharding
+    return None
 
 
 def _same_layout(a, b):
@@ -336,29 +276,25 @@ def _follow_src(src, diff_dst):
 
 
 def _inplace_plan(own, diff_dst, hints, accuracy, layout=None):
-    """(jit, its static arguments, whether diff_dst is deleted after the
-    call) of an in-place call: `own` (`_inplace_jit`, or `_inplace_self_jit`
-    for one array as both operands, which takes no layout), its two-pass
-    twin where `_writes_over`, or its twin that donates nothing (`_twin`)."""
-    over, shards = _writes_over(diff_dst, accuracy)
-    static = {"shards": shards} if over else {"hints": hints, "accuracy": accuracy}
+    """(jit, its static arguments) of an in-place call: `own` is
+    `_inplace_jit`, or `_inplace_self_jit` for one array as both operands,
+    which takes no layout."""
+    static = {
+        "hints": hints,
+        "accuracy": accuracy,
+        "shards": _shards(diff_dst, accuracy),
+    }
     if own is _inplace_jit:
         static["layout"] = layout
-    if over:
-        return _OVER[own], static, False
-    dtype = diff_dst.dtype
-    return _inplace_for(own, accuracy, dtype), static, _twin(accuracy, dtype)
+    return own, static
 
 
 def _run_inplace(plan, operands, diff_dst, placed):
     """Run an in-place `plan` on `operands` (diff_dst among them) and beta
-    `placed`; then delete diff_dst where the plan's jit donates nothing, or
-    warn where the runtime kept it."""
-    jitted, static, deletes = plan
+    `placed`; warn where the runtime kept diff_dst."""
+    jitted, static = plan
     out = jitted(*operands, placed, **static)
-    if deletes:
-        diff_dst.delete()
-    elif not diff_dst.is_deleted():
+    if not diff_dst.is_deleted():
         _warn_not_donated()
     return out
 
@@ -442,7 +378,7 @@ def inplace_lower(src, diff_dst, checked, accuracy=None):
     at HIGHEST, what the call runs."""
     layout = _layout(src, diff_dst)
     plan = _inplace_plan(_inplace_jit, diff_dst, BetaHints(), accuracy, layout)
-    jitted, static, _ = plan
+    jitted, static = plan
     return jitted.lower(src, diff_dst, checked, **static)
 
 
@@ -452,10 +388,9 @@ def cache_sizes() -> dict[str, int]:
         "forward": _FORWARD._cache_size(),
         "backward": _BACKWARD._cache_size(),
         "default_forward": _DEFAULT_FORWARD._cache_size(),
+        "inplace": _inplace_jit._cache_size(),
+        "inplace_self": _inplace_self_jit._cache_size(),
     }
-    for name, own in (("inplace", _inplace_jit), ("inplace_self", _inplace_self_jit)):
-        twins = (own, _HIGHEST_JITS[own], _OVER[own])
-        sizes[name] = sum(jitted._cache_size() for jitted in twins)
     return sizes
 
 

@@ -67,13 +67,17 @@ def _infinite_beta_limits(src, dd, beta, out):
     return lax.select(infinite, limit, out)
 
 
-def backward_kernel(src, dd, beta, hints, *, platform=None, accuracy=None):
+def backward_kernel(
+    src, dd, beta, hints, platform=None, *, accuracy=None, inplace=False
+):
     """dd * sigmoid(beta * src) in the data's dtype (the primitive's lowering).
 
     `platform` is the lowering's: "cpu", "gpu" (CUDA and ROCm) or None for
     any other. `accuracy` "highest": the correctly rounded evaluation for
     float32, bfloat16 and float16 data, in float64 (`_highest`) where the
-    platform has it and in float32 arithmetic elsewhere (`_highest32`). On
+    platform has it and in float32 arithmetic elsewhere (`_highest32`);
+    `inplace`, in two passes at every size, so that XLA can write the
+    result over a donated dd (`_rounding`; `_highest32` always takes them). On
     CPUs every NaN of the bfloat16 kernel has its low 16 bits clear once
     beta's is (`canonical_nan`), so the final rounding needs no NaN select:
     about 5% of the bfloat16 loop. On GPUs the half-precision types take
@@ -84,8 +88,9 @@ def backward_kernel(src, dd, beta, hints, *, platform=None, accuracy=None):
     if accuracy == "highest" and dtype in (np.float32, _BF16, np.float16):
         if platform is None:
             return _sharding.per_shard(_highest32.backward, src, dd, beta)
+        evaluation = functools.partial(_highest.backward, inplace=inplace)
         with _wide._float64():
-            return _sharding.per_shard(_highest.backward, src, dd, beta)
+            return _sharding.per_shard(evaluation, src, dd, beta)
     if platform == "gpu" and dtype in (_BF16, np.float16):
         f32 = np.float32
         out = sigmoid_times_half_gpu(

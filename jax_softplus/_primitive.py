@@ -7,9 +7,11 @@ data's shape. Its parameters: `beta_hints`, what a concrete beta tells the
 lowering (`_validate.BetaHints`): that `beta * src` is exact, so the
 error-free product may be skipped, that |beta| is in [2**-64, 2**64], so
 rebalancing may be, and that |beta| is below 2**-100 (the default claims
-nothing; hints change no bit of the result for a finite src); and
+nothing; hints change no bit of the result for a finite src);
 `accuracy`, None for the default kernels or "highest" for the correctly
-rounded evaluation (`_highest`).
+rounded evaluation (`_highest`); and `inplace`, which asks the lowering
+for a program that XLA can write over a donated diff_dst (at HIGHEST, the
+two passes: `_rounding`), the same bits either way.
 
 The impl is JAX's own `apply_primitive`, so `disable_jit`, `debug_nans` and
 `debug_infs` treat the op as they treat `lax.mul`. Rules are registered in
@@ -37,7 +39,7 @@ _OPERANDS = ("src", "diff_dst", "beta")
 NO_HINTS = BetaHints()
 
 
-def bind(src, diff_dst, beta, hints=None, accuracy=None):
+def bind(src, diff_dst, beta, hints=None, accuracy=None, inplace=False):
     """Bind the primitive; every bind in the library goes through here.
 
     The operands first get one type, as for JAX's own elementwise ops: inside
@@ -51,7 +53,12 @@ def bind(src, diff_dst, beta, hints=None, accuracy=None):
     else:
         src, diff_dst = _sharding.match_sharding(_OPERANDS[:2], src, diff_dst)
     return softplus_backward_p.bind(
-        src, diff_dst, beta, beta_hints=hints or NO_HINTS, accuracy=accuracy
+        src,
+        diff_dst,
+        beta,
+        beta_hints=hints or NO_HINTS,
+        accuracy=accuracy,
+        inplace=inplace,
     )
 
 
@@ -65,7 +72,7 @@ def _arrays(*values):
 
 
 def _softplus_backward_abstract_eval(
-    src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None
+    src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None, inplace=False
 ):
     """The result's type: `src`'s, strongly typed.
 
@@ -75,7 +82,7 @@ def _softplus_backward_abstract_eval(
     bind could otherwise type the result as replicated where it varies, or
     with `src`'s sharding alone.
     """
-    del beta_hints
+    del beta_hints, inplace
     if accuracy not in (None, "highest"):
         raise TypeError(
             f"softplus_backward_p: accuracy is {accuracy!r}; it takes None or "
@@ -122,7 +129,7 @@ def _softplus_backward_abstract_eval(
 
 
 def _softplus_backward_transpose(
-    ct, src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None
+    ct, src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None, inplace=False
 ):
     """The op is linear in diff_dst only, and diagonal: its own transpose."""
     assert not ad.is_undefined_primal(src)
@@ -175,18 +182,20 @@ def batch_operands(args, dims):
     return (*data, beta), axis
 
 
-def _softplus_backward_batch(args, dims, *, beta_hints=NO_HINTS, accuracy=None):
+def _softplus_backward_batch(
+    args, dims, *, beta_hints=NO_HINTS, accuracy=None, inplace=False
+):
     """Batch every combination of mapped src, diff_dst and beta."""
     args, axis = batch_operands(args, dims)
-    return bind(*args, beta_hints, accuracy), axis
+    return bind(*args, beta_hints, accuracy, inplace), axis
 
 
 def _softplus_backward_lowering(kind):
     """The kernel of a platform kind ("cpu", "gpu", or None: `_platforms`)."""
 
-    def kernel(src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None):
+    def kernel(src, diff_dst, beta, *, beta_hints, accuracy, inplace):
         return _kernels.backward_kernel(
-            src, diff_dst, beta, beta_hints, platform=kind, accuracy=accuracy
+            src, diff_dst, beta, beta_hints, kind, accuracy=accuracy, inplace=inplace
         )
 
     return kernel

@@ -250,22 +250,25 @@ def test_the_derivative_search_holds_each_platforms_level():
 
 
 @pytest.mark.slow
-def test_a_call_made_before_lowered_as_plans_nothing_inside_it():
-    # The eager paths remember which jit runs a call; that depends on the
-    # platform being lowered for. At HIGHEST the CPU writes over diff_dst in
-    # two passes, the TPU's float32 evaluation takes a new output: each as
-    # if the other had never run.
+def test_a_call_made_before_lowered_as_runs_the_emulated_program_inside_it():
+    # One jit runs every in-place call, and lowered_as clears JAX's caches:
+    # a call inside it runs the emulated platform's program, a call after it
+    # the CPU's again. At HIGHEST the CPU evaluates in float64, the TPU in
+    # float32 words; both write over diff_dst (in two passes).
     highest = jax.lax.AccuracyMode.HIGHEST
     src = jnp.linspace(-3.0, 3.0, 64, dtype=jnp.float32)
 
-    def written_over():
+    def program():
         dd = jnp.ones(64, jnp.float32) * 1  # a buffer of its own
         pointer = dd.unsafe_buffer_pointer()
         out = softplus_backward_inplace(src, dd, 1.5, accuracy=highest)
         assert dd.is_deleted()
-        return out.unsafe_buffer_pointer() == pointer
+        assert out.unsafe_buffer_pointer() == pointer
+        spec = jax.ShapeDtypeStruct((64,), jnp.float32)
+        lowered = softplus_backward_inplace.lower(src, spec, 1.5, accuracy=highest)
+        return "f64" in lowered.as_text()
 
-    assert written_over()
+    assert program()
     with jst.lowered_as("tpu"):
-        assert not written_over()
-    assert written_over()
+        assert not program()
+    assert program()
