@@ -66,59 +66,63 @@ def scale(a, k):
     return a[0] * p, a[1] * p
 
 
+def _series(table, v):
+    """The polynomial with the double-word coefficients `table` (highest
+    first) at the double word v, by Horner's rule in a loop: the same
+    operations as unrolled code, a fraction of the program (this runs on a
+    few elements per call, its compile time on every one). Each coefficient
+    is read from the table in the loop, where XLA cannot fold it."""
+    ones = lax.full_like(v[0], 1)
+    m = (ones * table[0][0], ones * table[1][0])
+
+    def term(i, m):
+        hi, lo = (lax.dynamic_index_in_dim(w, i, keepdims=False) for w in table)
+        return add(mul(m, v), (ones * hi, ones * lo))
+
+    return lax.fori_loop(1, table[0].size, term, m)
+
+
+def _table(values):
+    """Exact rationals as a table of double words (high words, low words)."""
+    words = []
+    for exact in values:
+        hi = float(exact)
+        words.append((hi, float(exact - Fraction(hi))))
+    return tuple(np.array(w, _F64) for w in zip(*words, strict=True))
+
+
+# 1 / n! for n = 22 down to 0: exp(r) for |r| <= ln 2 / 2 to 2**-109
+# (0.35**23 / 23!).
+_EXP_SERIES = _table(Fraction(1, math.factorial(n)) for n in range(22, -1, -1))
+# atanh(s) / s = sum s**2k / (2k + 1) for k = 32 down to 0, as a series in s
+# (each 1 / (2k + 1) after a 0): to 2**-110 for s <= 1/3 ((1/9)**33 / 67).
+_ATANH_SERIES = _table(Fraction(n % 2, n) for n in range(65, 0, -1))
+
+
 def exp(x):
-    """e**x for a double word x in [-700, 700], to about 2**-100 relative
+    """e**x for a double word x in [-700, 700], to about 2**-104 relative
     down to e**x = 2**-969 (x = -671), below which its low word is
     subnormal (and flushed on a CPU). `_highest` takes x in [-200, 60].
 
-    x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in three parts), then
-    expm1(r / 16) from its series (14 terms: 0.022**15 / 15! < 2**-110),
-    doubled back four times as m -> 2 m + m**2, which loses 4 bits at most.
+    x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in three parts), then exp(r)
+    from its series (`_EXP_SERIES`).
     """
     kf = lax.round(x[0] * _INV_LN2, lax.RoundingMethod.TO_NEAREST_EVEN)
     r = add(x, neg(_words.two_prod(kf, _math64._opaque(_LN2[0]))))
     r = add(r, neg(_words.two_prod(kf, _math64._opaque(_LN2[1]))))
     r = add(r, (-kf * _LN2[2], lax.full_like(kf, 0)))
-    r = (r[0] * 0.0625, r[1] * 0.0625)
-    m = (lax.full_like(kf, _INVERSE_FACTORIALS[14][0]), lax.full_like(kf, 0))
-
-    # Loops, not unrolled code: the same operations, a tenth of the program
-    # (this runs on a few elements per call, its compile time on every one).
-    def term(i, m):
-        hi, lo = (lax.dynamic_index_in_dim(w, i, keepdims=False) for w in _SERIES)
-        return add(mul(m, r), (lax.full_like(kf, 1) * hi, lax.full_like(kf, 1) * lo))
-
-    m = lax.fori_loop(0, 13, term, m)
-    m = mul(m, r)  # expm1(r / 16)
-    for _ in range(4):
-        m = add((2 * m[0], 2 * m[1]), mul(m, m))
-    one = (_math64._opaque(1.0) * lax.full_like(kf, 1), lax.full_like(kf, 0))
-    return scale(add(one, m), kf)
-
-
-def _double_word(exact):
-    hi = float(exact)
-    return hi, float(exact - Fraction(hi))
-
-
-# 1 / n! as double words, for exp's series.
-_INVERSE_FACTORIALS = {
-    n: _double_word(Fraction(1, math.factorial(n))) for n in range(1, 15)
-}
-# Their words for n = 13 down to 1, in the order the series takes them.
-_SERIES = tuple(
-    np.array([_INVERSE_FACTORIALS[n][w] for n in range(13, 0, -1)], _F64)
-    for w in (0, 1)
-)
+    return scale(_series(_EXP_SERIES, r), kf)
 
 
 def log1p(x):
-    """log(1 + x) for a double word x in [0, 1], by two Newton steps on
-    exp from float64's log1p: y -> y + (1 + x) e**-y - 1."""
-    y = (lax.log1p(x[0]), lax.full_like(x[0], 0))
-    one = (_math64._opaque(1.0) * lax.full_like(x[0], 1), lax.full_like(x[0], 0))
-
-    def newton(_, y):
-        return add(y, add(mul(add(one, x), exp(neg(y))), neg(one)))
-
-    return lax.fori_loop(0, 2, newton, y)
+    """log(1 + x) for a double word x in [0, 1], to about 2**-103 relative:
+    2 atanh(s) with s = x / (2 + x) in [0, 1/3], from its series
+    (`_ATANH_SERIES`)."""
+    two = (_math64._opaque(2.0) * lax.full_like(x[0], 1), lax.full_like(x[0], 0))
+    s = div(x, add(two, x))
+    # A series in s, its even coefficients 0, not one in s**2: XLA:CPU
+    # recomputed the square's hi * hi in the fusion of its error, where LLVM
+    # contracted it into an FMA (the error of the exact product, not of the
+    # rounded one: 2**-54).
+    p = mul(s, _series(_ATANH_SERIES, s))
+    return 2 * p[0], 2 * p[1]

@@ -66,7 +66,12 @@ def product_error(a, b, p):
 
 
 def two_prod(a, b):
-    """(p, e) with p = fl(a b) and p + e = a b exactly (`product_error`)."""
+    """(p, e) with p = fl(a b) and p + e = a b exactly (`product_error`).
+
+    A square (b is a) is at risk: XLA:CPU compiled the double-double
+    `mul(s, s)` with hi * hi recomputed in the fusion of the error, where
+    LLVM contracted it into an FMA (the error of the exact product, not of
+    p: 2**-54 relative; `_dd.log1p` avoids it)."""
     p = a * b
     return p, product_error(a, b, p)
 

@@ -272,9 +272,10 @@ def test_the_float64_step_is_within_its_error_bound():
 @pytest.mark.slow
 def test_the_double_double_step_reaches_its_precision():
     # Step 3 decides roundings that float64 cannot, so its exp and log1p
-    # are held to what they reach (2**-105.4 and 2**-98.3 here) over the
-    # arguments step 3 gives them: a shorter series (2**-64) still rounds
-    # every sampled input correctly, but no longer proves the rare ones.
+    # are held to what they reach (2**-105.7 and 2**-104.4 at worst over
+    # some 4,000 arguments each) over the arguments step 3 gives them: a shorter
+    # series (2**-64) still rounds every sampled input correctly, but no
+    # longer proves the rare ones.
     rng = np.random.default_rng(seed_of("double-double"))
     x = np.concatenate([rng.uniform(-200, 60, 300), rng.uniform(-1, 1, 100)])
     u = rng.uniform(0, 1, 300)
@@ -295,7 +296,7 @@ def test_the_double_double_step_reaches_its_precision():
             )
 
     assert worst(e, x, mpmath.exp) <= 2.0**-104
-    assert worst(lg, u, mpmath.log1p) <= 2.0**-97
+    assert worst(lg, u, mpmath.log1p) <= 2.0**-103
 
 
 def test_the_issues_point():
