@@ -15,7 +15,9 @@ the SHA-256 of one route's outputs over one sweep, with its element count:
 - near-midpoint inputs (`exhaustive.near_midpoint_*`, fixed seeds), which
   take the resolve loops of every HIGHEST evaluation;
 - float64 `src` (random, fixed seed) at the default accuracy, both ops and
-  their first derivatives.
+  their first derivatives;
+- float32 and float64 `src` (random, fixed seed) at `BETAS`: five second
+  derivatives as a CPU, a GPU and a TPU lower them (`second_derivatives`).
 
 `diff_dst` is `exhaustive.diff_dst_for` of the chunk (fixed seeds). The
 cells differ where any output bit differs; `--compare` names them and
@@ -25,6 +27,7 @@ exits 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import sys
@@ -166,6 +169,49 @@ def float64_sweep(cells, count, log):
     log("float64")
 
 
+def _second(s, b):
+    """Second derivatives: each op's d2/dsrc2, d2/dbeta2 and the mixed one,
+    and the Hessian of softplus cubed (beta traced)."""
+
+    def per_element(f):
+        return jax.vmap(f, (0, None))(s, b)
+
+    def backward(x, bb):
+        return softplus_backward(x, jnp.ones_like(x), bb)
+
+    return (
+        per_element(jax.grad(jax.grad(softplus))),
+        per_element(jax.grad(jax.grad(backward))),
+        per_element(jax.grad(jax.grad(softplus, 1), 1)),
+        per_element(jax.grad(jax.grad(softplus, 1))),
+        per_element(jax.hessian(lambda x, bb: softplus(x, bb) ** 3)),
+    )
+
+
+SECOND = ("d2/dx2", "d2 backward/dsrc2", "d2/dbeta2", "d2/dx dbeta", "hessian of cube")
+
+
+def second_derivatives(cells, count, log):
+    """The second derivatives (`_second`) of float32 and float64 `src`
+    (random over binades, fixed seed) at `BETAS`, as each platform lowers
+    them: the derivative families' float64 and float32 evaluations."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(11)
+    draw = rng.standard_normal(count) * np.exp(rng.uniform(-3, 5, count))
+    for dtype in (np.float32, np.float64):
+        with x64() if dtype == np.float64 else contextlib.nullcontext():
+            src = jnp.asarray(draw.astype(dtype))
+            for platform in PLATFORMS:
+                with lowered_as(platform):
+                    f = jax.jit(_second)
+                    for beta in BETAS:
+                        outs = f(src, jnp.asarray(beta, dtype))
+                        for q, out in zip(SECOND, outs, strict=True):
+                            name = f"{np.dtype(dtype).name} {q} {platform} beta={beta}"
+                            cells.add(name, out)
+    log(f"second derivatives: {time.perf_counter() - t0:.0f} s")
+
+
 def compare(old, new):
     """The cells whose counts or hashes differ, and those only one has."""
     lines = []
@@ -213,6 +259,7 @@ def main(argv=None):
     near = list(_near_softplus(args.near))
     log(f"inputs: {time.perf_counter() - t0:.0f} s")
     float64_sweep(cells, 1 << 16, log)
+    second_derivatives(cells, 1 << 16, log)
     default_routes(cells, data, log)
     highest_routes(cells, data, near, log)
     table = cells.table()

@@ -47,3 +47,15 @@ def test_a_bad_option_is_a_usage_error(argv, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "error:" in err[-1] and argv[0] in err[-1]
+
+
+def test_second_derivatives_cover_every_dtype_platform_and_beta():
+    cells = same_bits.Cells()
+    same_bits.second_derivatives(cells, 64, lambda msg: None)
+    table = cells.table()
+    per_beta = 2 * len(same_bits.PLATFORMS) * len(same_bits.SECOND)
+    assert len(table) == per_beta * len(same_bits.BETAS)
+    assert all(count == 64 for count, _ in table.values())
+    again = same_bits.Cells()
+    same_bits.second_derivatives(again, 64, lambda msg: None)
+    assert again.table() == table
