@@ -193,7 +193,9 @@ def _softplus_backward_batch(
 def _softplus_backward_lowering(kind):
     """The kernel of a platform kind ("cpu", "gpu", or None: `_platforms`)."""
 
-    def kernel(src, diff_dst, beta, *, beta_hints, accuracy, inplace):
+    def kernel(
+        src, diff_dst, beta, *, beta_hints=NO_HINTS, accuracy=None, inplace=False
+    ):
         return _kernels.backward_kernel(
             src, diff_dst, beta, beta_hints, kind, accuracy=accuracy, inplace=inplace
         )
