@@ -32,12 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_softplus import (
-    _compat,
-    _forward,
-    _sharding,
-    _validate,
-)
+from jax_softplus import _compat, _forward, _sharding, _validate
 from jax_softplus._primitive import bind
 from jax_softplus._validate import BetaHints
 
@@ -275,25 +270,15 @@ def _follow_src(src, diff_dst):
     return moved
 
 
-def _inplace_plan(own, diff_dst, hints, accuracy, layout=None):
-    """(jit, its static arguments) of an in-place call: `own` is
-    `_inplace_jit`, or `_inplace_self_jit` for one array as both operands,
-    which takes no layout."""
-    static = {
-        "hints": hints,
-        "accuracy": accuracy,
-        "shards": _shards(diff_dst, accuracy),
-    }
-    if own is _inplace_jit:
-        static["layout"] = layout
-    return own, static
-
-
-def _run_inplace(plan, operands, diff_dst, placed):
-    """Run an in-place `plan` on `operands` (diff_dst among them) and beta
-    `placed`; warn where the runtime kept diff_dst."""
-    jitted, static = plan
-    out = jitted(*operands, placed, **static)
+def _run_inplace(jitted, operands, diff_dst, placed, hints, accuracy, **layout):
+    """Run an in-place jit (`_inplace_jit` with its `layout`, or
+    `_inplace_self_jit` for one array as both operands) on `operands`
+    (diff_dst among them) and beta `placed`; warn where the runtime kept
+    diff_dst."""
+    shards = _shards(diff_dst, accuracy)
+    out = jitted(
+        *operands, placed, hints=hints, accuracy=accuracy, shards=shards, **layout
+    )
     if not diff_dst.is_deleted():
         _warn_not_donated()
     return out
@@ -318,12 +303,16 @@ def inplace_call(
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
     if src is diff_dst or _one_buffer(src, diff_dst):
-        plan = _inplace_plan(_inplace_self_jit, diff_dst, hints, accuracy)
-        return _run_inplace(plan, (diff_dst,), diff_dst, placed)
+        operands = (diff_dst,)
+        return _run_inplace(
+            _inplace_self_jit, operands, diff_dst, placed, hints, accuracy
+        )
     diff_dst = _follow_src(src, diff_dst)
     layout = _layout(src, diff_dst)
-    plan = _inplace_plan(_inplace_jit, diff_dst, hints, accuracy, layout)
-    return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
+    operands = (src, diff_dst)
+    return _run_inplace(
+        _inplace_jit, operands, diff_dst, placed, hints, accuracy, layout=layout
+    )
 
 
 def eager_inplace(src, diff_dst, beta, checked, hints, accuracy=None):
@@ -331,8 +320,10 @@ def eager_inplace(src, diff_dst, beta, checked, hints, accuracy=None):
     to move, relayout or copy first."""
     # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
     placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
-    plan = _inplace_plan(_inplace_jit, diff_dst, hints, accuracy)
-    return _run_inplace(plan, (src, diff_dst), diff_dst, placed)
+    operands = (src, diff_dst)
+    return _run_inplace(
+        _inplace_jit, operands, diff_dst, placed, hints, accuracy, layout=None
+    )
 
 
 def _one_buffer(src, diff_dst) -> bool:
@@ -377,9 +368,16 @@ def inplace_lower(src, diff_dst, checked, accuracy=None):
     """`softplus_backward_inplace.lower`: compiled for any beta (no hints);
     at HIGHEST, what the call runs."""
     layout = _layout(src, diff_dst)
-    plan = _inplace_plan(_inplace_jit, diff_dst, BetaHints(), accuracy, layout)
-    jitted, static = plan
-    return jitted.lower(src, diff_dst, checked, **static)
+    shards = _shards(diff_dst, accuracy)
+    return _inplace_jit.lower(
+        src,
+        diff_dst,
+        checked,
+        hints=BetaHints(),
+        accuracy=accuracy,
+        shards=shards,
+        layout=layout,
+    )
 
 
 def cache_sizes() -> dict[str, int]:

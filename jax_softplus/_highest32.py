@@ -127,7 +127,7 @@ def _t(src, beta):
     """(t, a_h, a_l): t = fl(beta src) and |beta src| = a_h + a_l exactly,
     clamped at 200 (a_l = 0 there, and where t is not finite)."""
     t = beta * src
-    err = _math64.product_error(src, beta, t)
+    err = _math64.balanced_product_error(src, beta, t)
     ah = lax.abs(t)
     al = lax.select(t < 0, lax.neg(err), err)
     keep = (ah <= _AMAX) & jnp.isfinite(err)

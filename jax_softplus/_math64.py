@@ -134,7 +134,7 @@ def _balance(beta, x):
     return beta * down, x * _math.exp2_int(e, _F64), down, -e
 
 
-def product_error(src, beta, t):
+def balanced_product_error(src, beta, t):
     """The exact rounding error beta src - t of t = fl(beta src), in float32
     or float64, the factors rebalanced by a power of two first, so that no
     partial product of the split is subnormal (a beta of 1e35 times a src

@@ -110,7 +110,7 @@ class _Exp:
         # diff_dst included: t is clamped there, and where the product
         # overflowed (a masked finfo.min element) its error is not NaN.
         clamped = jnp.clip(t, -_CLAMP[cdt], _CLAMP[cdt])
-        err = _math64.product_error(src, beta, t)
+        err = _math64.balanced_product_error(src, beta, t)
         err = jnp.where((t == clamped) & jnp.isfinite(err), err, jnp.zeros_like(err))
         self.t, self.err = clamped, err
         # -a = z + zl.
