@@ -77,11 +77,12 @@ def softplus_backward(
     """
     if _dispatch.as_given(src, diff_dst):
         # At the top level: the operands go into the op's jit as they are.
-        beta = _validate.unwrap(beta)
         dtype = _validate.backward_dtype(src, diff_dst)
-        checked, hints = _validate.check_beta(beta, dtype, forward=False)
+        beta, hints = _dispatch.eager_beta(
+            _validate.unwrap(beta), dtype, False, diff_dst, src
+        )
         level = _validate.check_accuracy(accuracy, dtype)
-        return _dispatch.eager_backward(src, diff_dst, beta, checked, hints, level)
+        return _dispatch.eager_backward(src, diff_dst, beta, hints, level)
     *args, weak = _validated(src, diff_dst, beta, accuracy)
     out = _dispatch.backward_call(*args)
     return _compat.weakly_typed(out) if weak else out
@@ -192,18 +193,16 @@ def softplus_backward_inplace(
       diff_dst: as in `softplus_backward`; donated. A NumPy array is copied
         to the device first, and that copy is what is donated.
       beta: as in `softplus_backward`.
-      accuracy: as in `softplus_backward`. At HIGHEST, data on CPUs and
-        GPUs are still written over `diff_dst`, in two passes (the first
-        marks the rare elements whose rounding the float64 evaluation
-        leaves in doubt, in a bitmap of a bit per element, so that the
-        second leaves their `diff_dst` for the step that resolves them),
-        each shard of a `NamedSharding` on its own. TPUs get a new buffer,
-        and `diff_dst` is deleted after the call (docs/inplace.md).
-        `.lower(...)` compiles what the call runs.
+      accuracy: as in `softplus_backward`. At HIGHEST too, the result is
+        written over `diff_dst`, in two passes (the first marks the rare
+        elements whose rounding the evaluation leaves in doubt, in a
+        bitmap of a bit per element, so that the second leaves their
+        `diff_dst` for the step that resolves them), on every platform
+        and on each shard of a `NamedSharding` on its own
+        (docs/inplace.md). `.lower(...)` compiles what the call runs.
 
     Returns:
-      `diff_src`, in `diff_dst`'s former buffer (at HIGHEST on a TPU, a
-        new one).
+      `diff_src`, in `diff_dst`'s former buffer.
 
     Raises:
       TypeError, ValueError: as `softplus_backward`, including for a
@@ -219,10 +218,11 @@ def softplus_backward_inplace(
     """
     if _dispatch.two_arrays_alike(src, diff_dst):
         # The usual eager call: the operands need no check of their own.
-        beta = _validate.unwrap(beta)
-        checked, hints = _validate.check_beta(beta, src.dtype, forward=False)
+        beta, hints = _dispatch.eager_beta(
+            _validate.unwrap(beta), src.dtype, False, diff_dst
+        )
         level = _validate.check_accuracy(accuracy, src.dtype)
-        return _dispatch.eager_inplace(src, diff_dst, beta, checked, hints, level)
+        return _dispatch.eager_inplace(src, diff_dst, beta, hints, level)
     # An nnx.Param's own array is donated, not a copy of it.
     src, diff_dst, beta = map(_validate.unwrap, (src, diff_dst, beta))
     *args, _ = _validated(src, diff_dst, beta, accuracy)

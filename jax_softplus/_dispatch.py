@@ -144,38 +144,34 @@ def _default_forward(x):
 # `softplus(x)` as `jax.nn.softplus(x)` is: one jit of x alone (each argument
 # costs the dispatch about a microsecond; the kernels read beta behind a
 # barrier, so a constant one gives a passed one's bits).
-_DEFAULT_FORWARD = own_jit(_default_forward)
+DEFAULT_FORWARD = own_jit(_default_forward)
 
 
-def default_forward_call(x: Any) -> jax.Array:
-    """`softplus(x)` at the top level, for an `x` that `as_given` takes."""
-    return _DEFAULT_FORWARD(x)
+def eager_forward(x, beta, hints, accuracy=None):
+    """`softplus` at the top level, for an `x` that `as_given` takes and a
+    beta from `eager_beta`."""
+    return _FORWARD(x, beta, hints=hints, accuracy=accuracy)
 
 
-def eager_forward(x, beta, checked, hints, accuracy=None):
-    """`softplus` at the top level, for an `x` that `as_given` takes."""
-    placed = place_beta(beta, checked, x)
-    return _FORWARD(x, placed, hints=hints, accuracy=accuracy)
-
-
-def eager_backward(src, diff_dst, beta, checked, hints, accuracy=None):
+def eager_backward(src, diff_dst, beta, hints, accuracy=None):
     """`softplus_backward` at the top level, for operands that `as_given`
-    takes."""
-    placed = place_beta(beta, checked, diff_dst, src)
-    return _BACKWARD(src, diff_dst, placed, hints=hints, accuracy=accuracy)
+    takes and a beta from `eager_beta`."""
+    return _BACKWARD(src, diff_dst, beta, hints=hints, accuracy=accuracy)
 
 
 def forward_call(x, beta, checked, hints, traced, accuracy=None):
     """`softplus` on validated operands; `traced` is its custom_vjp."""
     if is_eager(x, checked):
-        return eager_forward(x, beta, checked, hints, accuracy)
+        beta, hints = eager_beta(beta, x.dtype, True, x)
+        return eager_forward(x, beta, hints, accuracy)
     return traced(x, checked, hints, accuracy)
 
 
 def backward_call(src, diff_dst, beta, checked, hints, accuracy=None):
     """`softplus_backward` on checked operands (as `forward_call`'s)."""
     if is_eager(src, diff_dst, checked):
-        return eager_backward(src, diff_dst, beta, checked, hints, accuracy)
+        beta, hints = eager_beta(beta, src.dtype, False, diff_dst, src)
+        return eager_backward(src, diff_dst, beta, hints, accuracy)
     return bind(src, diff_dst, checked, hints, accuracy)
 
 
@@ -300,8 +296,7 @@ def inplace_call(
         return bind(src, diff_dst, checked, hints, accuracy)
     if converted:
         diff_dst = jnp.array(diff_dst, copy=True)
-    # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
-    placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
+    placed, hints = eager_beta(beta, diff_dst.dtype, False, diff_dst)
     if src is diff_dst or _one_buffer(src, diff_dst):
         operands = (diff_dst,)
         return _run_inplace(
@@ -315,11 +310,9 @@ def inplace_call(
     )
 
 
-def eager_inplace(src, diff_dst, beta, checked, hints, accuracy=None):
-    """`inplace_call` for operands that `two_arrays_alike` takes: nothing
-    to move, relayout or copy first."""
-    # Never diff_dst itself (a 0-d one): a donated buffer cannot be read too.
-    placed = place_beta(None if beta is diff_dst else beta, checked, diff_dst)
+def eager_inplace(src, diff_dst, placed, hints, accuracy=None):
+    """`inplace_call` for operands that `two_arrays_alike` takes (nothing
+    to move, relayout or copy first) and a beta from `eager_beta`."""
     operands = (src, diff_dst)
     return _run_inplace(
         _inplace_jit, operands, diff_dst, placed, hints, accuracy, layout=None
@@ -385,7 +378,7 @@ def cache_sizes() -> dict[str, int]:
     sizes = {
         "forward": _FORWARD._cache_size(),
         "backward": _BACKWARD._cache_size(),
-        "default_forward": _DEFAULT_FORWARD._cache_size(),
+        "default_forward": DEFAULT_FORWARD._cache_size(),
         "inplace": _inplace_jit._cache_size(),
         "inplace_self": _inplace_self_jit._cache_size(),
     }
@@ -395,68 +388,52 @@ def cache_sizes() -> dict[str, int]:
 # Beta beside the data --------------------------------------------------------
 
 
-def _scalar_sharding(sharding: Any) -> Any:
-    """Where a scalar operand of an op on data laid out as `sharding` goes:
-    the same device, or replicated over the same mesh; None otherwise."""
-    if type(sharding) is jax.sharding.SingleDeviceSharding:
-        return sharding
-    if isinstance(sharding, jax.sharding.NamedSharding):
-        return jax.sharding.NamedSharding(
-            sharding.mesh,
-            jax.sharding.PartitionSpec(),
-            memory_kind=sharding.memory_kind,
-        )
-    return None
-
-
-# A copy of each beta value per placement, made once: a host scalar would be
-# copied on every call (about 28 us against 0.7 us for the lookup, measured
-# on an AMD EPYC Zen 4, jax 0.10.2), and that implicit transfer is an error
-# under jax.transfer_guard("disallow"), which JAX's own ops pass.
-@functools.lru_cache(maxsize=256)
-def _placed(value: float, dtype: np.dtype, where: Any) -> jax.Array:
-    """beta on a device (uncommitted) or on a mesh (`where`, a device or a
-    sharding)."""
-    host = np.asarray(value, dtype)
-    if isinstance(where, jax.sharding.SingleDeviceSharding):
-        where = next(iter(where.device_set))
-    if isinstance(where, jax.Device):
-        # Uncommitted, as a host scalar is: the result is then committed to
-        # the device only if the data is.
-        with jax.default_device(where):
-            return jax.device_put(host)
-    return jax.device_put(host, where)
-
-
-def place_beta(given: Any, checked: np.ndarray, *data: Any) -> Any:
-    """The validated beta of an eager call, as an array where the first JAX
-    array of `data` lives.
-
-    `given` itself when it is a device array of the checked dtype beside the
-    data (and not a subnormal that the check flushed to 0); any other beta is
-    copied there once per value, explicitly, and kept. `checked` comes back
-    for host data (JAX converts it with them) and for data whose layout
-    names no mesh.
-    """
+def _home(data: Any) -> Any:
+    """Where the beta of an eager call on `data` goes, as a cache key: the
+    first JAX array's sharding, else the default device (None where that is
+    a platform name: JAX picks the device)."""
     for array in data:
         if type(array) is _compat.ArrayImpl or isinstance(array, jax.Array):
-            break
-    else:
-        # Host data: beta goes where JAX will put them.
-        device = _compat.default_device() or jax.local_devices()[0]
-        if not isinstance(device, jax.Device):
-            return checked  # a platform name: JAX picks the device
-        return _placed(float(checked), checked.dtype, device)
-    sharding = _scalar_sharding(array.sharding)
-    if sharding is None:
-        return checked
-    if type(given) is float:  # the usual case
-        return _placed(float(checked), checked.dtype, sharding)
-    if (
-        isinstance(given, jax.Array)
-        and given.dtype == checked.dtype
-        and given.sharding == sharding
-        and checked != 0
-    ):
-        return given
-    return _placed(float(checked), checked.dtype, sharding)
+            return array.sharding
+    device = _compat.default_device() or jax.local_devices()[0]
+    return device if isinstance(device, jax.Device) else None
+
+
+# Each beta value checked and copied to each placement once: a host scalar
+# would be copied on every call (about 28 us against 0.7 us for the lookup,
+# measured on an AMD EPYC Zen 4, jax 0.10.2), and that implicit transfer is
+# an error under jax.transfer_guard("disallow"), which JAX's own ops pass.
+@functools.lru_cache(maxsize=256)
+def _number_beta(number: float, cdtype: np.dtype, forward: bool, home: Any):
+    checked, hints = _validate.check_beta(number, cdtype, forward=forward)
+    if isinstance(home, jax.sharding.SingleDeviceSharding):
+        home = next(iter(home.device_set))
+    if isinstance(home, jax.Device):
+        # Uncommitted, as a host scalar is: the result is then committed to
+        # the device only if the data is.
+        with jax.default_device(home):
+            return jax.device_put(checked), hints
+    if isinstance(home, jax.sharding.NamedSharding):
+        # Replicated over the data's mesh.
+        spec = jax.sharding.PartitionSpec()
+        mesh = jax.sharding.NamedSharding(home.mesh, spec, memory_kind=home.memory_kind)
+        return jax.device_put(checked, mesh), hints
+    return checked, hints  # JAX converts it with the data
+
+
+def eager_beta(given: Any, dtype: np.dtype, forward: bool, *data: Any):
+    """The beta of an eager call on `data` (of dtype `dtype`): checked, as
+    an array where the first JAX array of `data` lives, and its `BetaHints`.
+
+    Each value is copied there once, explicitly, and kept (a device array
+    `beta` too: never the array itself, which may be the donated
+    `diff_dst`). A NumPy scalar comes back for host data on a platform JAX
+    picks, and for data whose layout names no mesh.
+    """
+    home = _home(data)
+    number = _validate.beta_number(given)
+    if number is not None:
+        return _number_beta(number, _validate.compute_dtype(dtype), forward, home)
+    # A device array: read once (`check_beta`), then placed as its value.
+    checked, _ = _validate.check_beta(given, dtype, forward=forward)
+    return _number_beta(float(checked), checked.dtype, forward, home)

@@ -301,6 +301,18 @@ class BetaHints(NamedTuple):
     beta_finite: bool = False
 
 
+def beta_number(value: Any) -> float | None:
+    """A Python float or int or a NumPy real scalar `beta` as the float it
+    checks as (the same errors and bits); None for any other beta."""
+    if type(value) is float:
+        return value
+    if type(value) is int or isinstance(value, (np.floating, np.integer)):
+        number = value if type(value) is int else value.item()
+        if type(number) in (int, float) and abs(number) < 2**1000:
+            return float(number)
+    return None
+
+
 def check_beta(
     value: Any, data_dtype: np.dtype, *, forward: bool
 ) -> tuple[jax.Array | np.ndarray, BetaHints]:
@@ -308,14 +320,9 @@ def check_beta(
     compute dtype, with the `BetaHints` that its value allows.
     """
     cdtype = compute_dtype(data_dtype)
-    if type(value) is float:  # the usual case, checked once per value
-        return _float_beta(value, cdtype, forward)
-    if type(value) is int or isinstance(value, (np.floating, np.integer)):
-        # A Python int and a NumPy number check as the float of their value
-        # (the same errors and bits), once per value too.
-        number = value if type(value) is int else value.item()
-        if type(number) in (int, float) and abs(number) < 2**1000:
-            return _float_beta(float(number), cdtype, forward)
+    number = beta_number(value)
+    if number is not None:
+        return _concrete_beta(number, f"{number!r}", cdtype, forward)
     if isinstance(value, (list, tuple)):
         value = np.asarray(value)
     if isinstance(value, (jax.Array, np.ndarray, np.generic)):
@@ -377,12 +384,6 @@ def _array_beta(value, cdtype, forward):
     return result
 
 
-@functools.lru_cache(maxsize=256)
-def _float_beta(value, cdtype, forward):
-    # 0.0 and -0.0 share an entry: both are checked to +0.0.
-    return _concrete_beta(value, f"{value!r}", cdtype, forward)
-
-
 def _concrete_beta(concrete, shown, cdtype, forward):
     limit = float(jnp.finfo(cdtype).max)
     if not np.isfinite(concrete) or abs(concrete) > limit:
@@ -408,7 +409,7 @@ def _concrete_beta(concrete, shown, cdtype, forward):
         # XLA on CPU flushes subnormals to zero; do it here, everywhere.
         concrete = 0.0
     checked = np.asarray(concrete, cdtype)  # host scalar: no device transfer yet
-    checked.flags.writeable = False  # shared by every call with this beta
+    checked.flags.writeable = False  # remembered for a device array beta
     mantissa = np.frexp(checked)[0]
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
     moderate = concrete == 0.0 or 2.0**-64 <= abs(concrete) <= 2.0**64

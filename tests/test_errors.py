@@ -135,9 +135,6 @@ def test_remembered_betas_are_checked_as_before():
             softplus_backward(X, X, float("nan"))
         with pytest.raises(ValueError, match="got inf"):
             softplus_backward(X, X, jnp.float32(np.inf))
-    checked, _ = _validate.check_beta(1.5, jnp.float32, forward=False)
-    assert checked is _validate.check_beta(1.5, jnp.float32, forward=False)[0]
-    assert not checked.flags.writeable  # one array, shared by calls
     # New arrays may reuse a freed array's id: each is read anew.
     for value in (0.5, 2.0, -1.0, 3.0, 0.5, 1e-42):
         beta = jnp.float32(value)
