@@ -108,7 +108,8 @@ def exp(x):
     from its series (`_EXP_SERIES`).
     """
     kf = lax.round(x[0] * _INV_LN2, lax.RoundingMethod.TO_NEAREST_EVEN)
-    r = add(x, neg(_words.two_prod(kf, _math64._opaque(_LN2[0]))))
+    # k _LN2[0] is exact: its error word would be +0.
+    r = add(x, (-(kf * _math64._opaque(_LN2[0])), lax.full_like(kf, -0.0)))
     r = add(r, neg(_words.two_prod(kf, _math64._opaque(_LN2[1]))))
     r = add(r, (-kf * _LN2[2], lax.full_like(kf, 0)))
     return scale(_series(_EXP_SERIES, r), kf)
