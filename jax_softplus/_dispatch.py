@@ -415,9 +415,10 @@ def _number_beta(number: float, cdtype: np.dtype, forward: bool, home: Any):
             return jax.device_put(checked), hints
     if isinstance(home, jax.sharding.NamedSharding):
         # Replicated over the data's mesh.
-        spec = jax.sharding.PartitionSpec()
-        mesh = jax.sharding.NamedSharding(home.mesh, spec, memory_kind=home.memory_kind)
-        return jax.device_put(checked, mesh), hints
+        replicated = jax.sharding.NamedSharding(
+            home.mesh, jax.sharding.PartitionSpec(), memory_kind=home.memory_kind
+        )
+        return jax.device_put(checked, replicated), hints
     return checked, hints  # JAX converts it with the data
 
 
@@ -434,6 +435,7 @@ def eager_beta(given: Any, dtype: np.dtype, forward: bool, *data: Any):
     number = _validate.beta_number(given)
     if number is not None:
         return _number_beta(number, _validate.compute_dtype(dtype), forward, home)
-    # A device array: read once (`check_beta`), then placed as its value.
+    # A device array (read once, `check_beta`) or a 0-d NumPy array: placed
+    # as its checked value.
     checked, _ = _validate.check_beta(given, dtype, forward=forward)
     return _number_beta(float(checked), checked.dtype, forward, home)

@@ -326,8 +326,8 @@ def correctly_rounded(operands, over, approx, exact, *, two_passes, batch=1):
 
     # Each turn finds its elements, then writes them: `find` is traced once
     # (finding the next ones after the write, with a first find before the
-    # loop, compiled it twice: 80-180 ms more per op on a Zen 3). The
-    # compiled loop copies nothing (tests/test_memory.py).
+    # loop, compiled it twice: 60-80 ms more per op on a Zen 3). The
+    # compiled loop copies nothing (tests/test_highest.py's temporaries).
     def fix(state):
         values, words, flags = state
         j, row, g, at, one = find(values, words, flags)
