@@ -413,29 +413,50 @@ def _number_beta(number: float, cdtype: np.dtype, forward: bool, home: Any):
         # the device only if the data is.
         with jax.default_device(home):
             return jax.device_put(checked), hints
-    if isinstance(home, jax.sharding.NamedSharding):
-        # Replicated over the data's mesh.
-        replicated = jax.sharding.NamedSharding(
-            home.mesh, jax.sharding.PartitionSpec(), memory_kind=home.memory_kind
+    where = _scalar_sharding(home)
+    if where is None:
+        return checked, hints  # JAX converts it with the data
+    return jax.device_put(checked, where), hints
+
+
+def _scalar_sharding(sharding: Any) -> Any:
+    """Where a scalar operand of an op on data laid out as `sharding` goes:
+    the same device, or replicated over the same mesh; None otherwise."""
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return sharding
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return jax.sharding.NamedSharding(
+            sharding.mesh,
+            jax.sharding.PartitionSpec(),
+            memory_kind=sharding.memory_kind,
         )
-        return jax.device_put(checked, replicated), hints
-    return checked, hints  # JAX converts it with the data
+    return None
 
 
 def eager_beta(given: Any, dtype: np.dtype, forward: bool, *data: Any):
     """The beta of an eager call on `data` (of dtype `dtype`): checked, as
     an array where the first JAX array of `data` lives, and its `BetaHints`.
 
-    Each value is copied there once, explicitly, and kept (a device array
-    `beta` too: never the array itself, which may be the donated
-    `diff_dst`). A NumPy scalar comes back for host data on a platform JAX
-    picks, and for data whose layout names no mesh.
+    `given` itself when it is a device array of the compute dtype beside
+    the data (not one of the data, such as a donated `diff_dst`, and not a
+    subnormal that the check flushed to 0): committed, it commits the
+    result, as it does for `x * beta`. Any other value is copied there once
+    per value, explicitly, and kept. A NumPy scalar comes back for host
+    data on a platform JAX picks, and for data whose layout names no mesh.
     """
     home = _home(data)
     number = _validate.beta_number(given)
     if number is not None:
         return _number_beta(number, _validate.compute_dtype(dtype), forward, home)
-    # A device array (read once, `check_beta`) or a 0-d NumPy array: placed
-    # as its checked value.
-    checked, _ = _validate.check_beta(given, dtype, forward=forward)
+    # A device array (read once, `check_beta`) or a 0-d NumPy array.
+    checked, hints = _validate.check_beta(given, dtype, forward=forward)
+    if (
+        isinstance(given, jax.Array)
+        and given.dtype == checked.dtype
+        and checked != 0
+        and all(given is not array for array in data)
+        and isinstance(home, jax.sharding.Sharding)
+        and given.sharding == _scalar_sharding(home)
+    ):
+        return given, hints
     return _number_beta(float(checked), checked.dtype, forward, home)

@@ -65,6 +65,20 @@ def test_one_array_as_src_and_diff_dst(dtype):
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
 
 
+@pytest.mark.parametrize("same_src", [False, True], ids=["src", "src is diff_dst"])
+def test_a_0d_diff_dst_as_beta_too_is_donated(same_src):
+    # beta is diff_dst: the call must not pass the donated array as beta as
+    # well (the runtime refuses to donate a buffer the call also reads).
+    g = jnp.copy(jnp.float32(2.0)).block_until_ready()
+    src = g if same_src else jnp.float32(0.5)
+    want = softplus_backward(np.float32(2.0 if same_src else 0.5), np.float32(2.0), 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "could not donate" is a warning
+        out = softplus_backward_inplace(src, g, g)
+    assert g.is_deleted()
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_memory_analysis_shows_alias_and_no_temporary(dtype):
     src, dd = _inputs(dtype)

@@ -96,3 +96,15 @@ def test_a_device_beta_can_still_be_donated():
     softplus(jnp.asarray(X), beta)
     jax.jit(lambda b: b * 2, donate_argnums=0)(beta)
     assert beta.is_deleted()
+
+
+def test_a_committed_device_beta_commits_the_result():
+    # Passed as it is, it commits the result, as it does for x * beta and
+    # jax.nn.celu(x, beta) (docs/sharp_bits.md); a copy would not.
+    beta = jax.device_put(jnp.float32(1.7), jax.devices()[0])
+    assert beta.committed
+    for dtype in DTYPES:
+        for name, call in _entry_points(dtype).items():
+            got = call(beta)
+            assert got.committed, (name, dtype)
+            np.testing.assert_array_equal(got, call(1.7), err_msg=name)
