@@ -393,7 +393,7 @@ def _home(data: Any) -> Any:
     first JAX array's sharding, else the default device (None where that is
     a platform name: JAX picks the device)."""
     for array in data:
-        if type(array) is _compat.ArrayImpl or isinstance(array, jax.Array):
+        if type(array) is _compat.ArrayImpl:  # the only concrete jax.Array
             return array.sharding
     device = _compat.default_device() or jax.local_devices()[0]
     return device if isinstance(device, jax.Device) else None
@@ -404,8 +404,8 @@ def _home(data: Any) -> Any:
 # measured on an AMD EPYC Zen 4, jax 0.10.2), and that implicit transfer is
 # an error under jax.transfer_guard("disallow"), which JAX's own ops pass.
 @functools.lru_cache(maxsize=256)
-def _number_beta(number: float, cdtype: np.dtype, forward: bool, home: Any):
-    checked, hints = _validate.check_beta(number, cdtype, forward=forward)
+def _number_beta(number: float, dtype: np.dtype, forward: bool, home: Any):
+    checked, hints = _validate.check_beta(number, dtype, forward=forward)
     if isinstance(home, jax.sharding.SingleDeviceSharding):
         home = next(iter(home.device_set))
     if isinstance(home, jax.Device):
@@ -447,7 +447,7 @@ def eager_beta(given: Any, dtype: np.dtype, forward: bool, *data: Any):
     home = _home(data)
     number = _validate.beta_number(given)
     if number is not None:
-        return _number_beta(number, _validate.compute_dtype(dtype), forward, home)
+        return _number_beta(number, dtype, forward, home)
     # A device array (read once, `check_beta`) or a 0-d NumPy array.
     checked, hints = _validate.check_beta(given, dtype, forward=forward)
     if (

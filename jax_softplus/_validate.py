@@ -198,6 +198,8 @@ def backward_dtype(src: Any, diff_dst: Any) -> np.dtype:
     dtypes: the first that is not a Python scalar's, else the default float
     dtype. (What is wrong with them, the checks themselves say.)"""
     for value in (src, diff_dst):
+        if type(value) is _compat.ArrayImpl:
+            return value.dtype  # canonical already
         if not _is_python_scalar(value):
             return jax.dtypes.canonicalize_dtype(value.dtype)
     return jax.dtypes.canonicalize_dtype(float)

@@ -252,10 +252,8 @@ MUTANTS = (
       "    return _BACKWARD(src, diff_dst, beta, hints=hints, accuracy=None)",
       ("tests/test_highest.py",)),
     M("the eager path passes beta 1", "dispatch", "jax_softplus/_dispatch.py",
-      "        return _number_beta(number, _validate.compute_dtype(dtype), "
-      "forward, home)",
-      "        return _number_beta(1.0, _validate.compute_dtype(dtype), "
-      "forward, home)",
+      "        return _number_beta(number, dtype, forward, home)",
+      "        return _number_beta(1.0, dtype, forward, home)",
       ("tests/test_forward.py", "tests/test_transfers.py")),
     M("the eager path's data dtype forgets the x64 state", "dispatch",
       "jax_softplus/_validate.py",
