@@ -55,9 +55,6 @@ def renorm(t, words=WORDS):
     lies below the last word kept is dropped."""
     for _ in range(PASSES):
         t = _vec_sum(t)
-    if t.shape[0] < words:
-        zeros = jnp.zeros((words - t.shape[0],) + t.shape[1:], t.dtype)
-        t = jnp.concatenate([t, zeros])
     return t[:words]
 
 

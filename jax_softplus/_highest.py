@@ -40,13 +40,6 @@ ERROR = {"backward": 2.0**-50, "forward": 2.0**-49}
 # is far below the normal range (diff_dst exp(-200) < 2**-160, and
 # exp(-200) / beta < 2**-162 for every normal float32 beta).
 _ZLOW, _ZHIGH = -60.0, 200.0
-# What an element left to step 3 holds: a signaling NaN, which no
-# arithmetic returns (the NaNs it passes on are quiet).
-_PENDING = {
-    np.dtype(np.float32): (np.uint32, 0x7F800001),
-    _BF16: (np.uint16, 0x7F81),
-    np.dtype(np.float16): (np.uint16, 0x7C01),
-}
 
 
 def _fused(v):
@@ -108,7 +101,7 @@ def softplus_value(x, beta):
     return lax.select(b == 0, (xs * 0.0 + np.log(2.0)) / b, out)
 
 
-# Step 3: one element at a time, in double-double --------------------------------
+# The elements in doubt, one at a time, in double-double ---------------------
 
 
 def _dd_backward(s, d, b):

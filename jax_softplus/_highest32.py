@@ -1,6 +1,5 @@
 """Correctly rounded values where the platform has no float64 (TPUs):
-`accuracy=HIGHEST` in float32 arithmetic, in the three steps of
-`_highest`.
+`accuracy=HIGHEST` in float32 arithmetic, in the steps of `_highest`.
 
 1. **Double words.** t = beta src exactly, as a double word (Dekker's
    product); e = e**-|t| = 2**k (mh + ml) from a table of 2**(j/32) and
@@ -227,7 +226,7 @@ def _scaled(out, k, dtype):
     return lax.convert_element_type(_math.times_pow2(out, k), dtype)
 
 
-# Step 3 ------------------------------------------------------------------------
+# The elements in doubt, in float32 expansions ----------------------------------
 
 
 def _expansion(hi, lo):

@@ -40,13 +40,8 @@ import numpy as np
 from jax import lax
 
 from jax_softplus import _math, _math64, _series, _words
-from jax_softplus._primitive import bind
 
 _F32 = np.dtype(np.float32)
-_LOG2E = 1.4426950408889634
-# The largest lift of the one bind left (s(t) itself, n = 0): the lifted
-# significand (below 4) stays finite.
-_LIFT_MAX = {_F32: 124, np.dtype(np.float64): 1020}
 # Where `_exp_pair` clamps a = |t|: its exponent stays an int32, and every
 # term of any order is far below the dtype's range beyond.
 _CLAMP = {_F32: 2000.0, np.dtype(np.float64): 20000.0}
@@ -186,12 +181,6 @@ def _frexp(v):
 # the largest exponent.
 
 
-def _lift(nats, dtype):
-    """ceil(nats / ln 2), capped so that a lifted value below 4 is finite."""
-    lift = jnp.clip(jnp.ceil(nats * _LOG2E), 0, _LIFT_MAX[np.dtype(dtype)])
-    return jnp.where(jnp.isnan(lift), 0, lift).astype(np.int32)
-
-
 def _normalized(x, k):
     """(x 2**-e, k + e) with the high word's significand in [1/2, 1): the
     aligned sum must not shift a part out of range."""
@@ -199,36 +188,30 @@ def _normalized(x, k):
     return (m, _math.times_pow2(x[1], -e)), k + e
 
 
-def _parts(terms, hints, src, beta, dd=None, exp=None):
-    """The parts of a combination's terms, in beta's dtype."""
+def _parts(terms, src, beta, dd=None, exp=None):
+    """The parts of a combination's terms (each n >= 1: s itself is the
+    primitive), in beta's dtype."""
     cdt = beta.dtype
     src = src.astype(cdt)
-    # A power of src multiplies only a slope term (n >= 1), which is 0 at an
-    # infinite src: its significand there is that of 0, not inf (inf * 0
-    # would be NaN).
+    # A power of src multiplies only a slope term, which is 0 at an infinite
+    # src: its significand there is that of 0, not inf (inf * 0 would be
+    # NaN).
     inf_src = jnp.isinf(src)
     ms, es = _frexp(jnp.where(inf_src, jnp.zeros_like(src), src))
     mb, eb = _frexp(beta)
     md, ed = _frexp(dd.astype(cdt)) if dd is not None else (None, 0)
     md = jnp.ones_like(src) if md is None else md * jnp.ones_like(src)
-    bases = {}
-    if any(n == 0 for _, n, _, _ in terms):
-        # s(t): one bind, lifted by -log2 s(t) (e^-a at t = -a).
-        lift = _lift(jnp.maximum(-beta * src, 0), cdt)
-        y = bind(src, md * _math.exp2_int(lift, cdt), beta, hints)
-        bases[0] = _normalized((y, jnp.zeros_like(y)), ed - lift)
     tau = None
-    if any(n >= 1 for _, n, _, _ in terms):
-        exp = exp or _Exp(src, beta)
-        v, k = exp.slope(md)
-        # src**i s^(n)(beta src) -> 0 as src -> +-inf, for n >= 1 (beta != 0;
-        # for beta = 0, t = 0 * inf is NaN and stays so).
-        gone = inf_src & (beta != 0)
-        v = tuple(jnp.where(gone, jnp.zeros_like(u), u) for u in v)
-        bases[1] = _normalized(v, ed + k)
+    exp = exp or _Exp(src, beta)
+    v, k = exp.slope(md)
+    # src**i s^(n)(beta src) -> 0 as src -> +-inf, for n >= 1 (beta != 0;
+    # for beta = 0, t = 0 * inf is NaN and stays so).
+    gone = inf_src & (beta != 0)
+    v = tuple(jnp.where(gone, jnp.zeros_like(u), u) for u in v)
+    base = _normalized(v, ed + k)
     parts = []
     for c, n, i, j in terms:
-        v, k = bases[min(n, 1)]
+        v, k = base
         for _ in range(i):
             v = _words.mul(v, ms)
         for _ in range(max(j, 0)):
@@ -287,13 +270,13 @@ def combination(terms, hints, src, beta, *dd):
     """dd * sum c src**i beta**j s^(n)(beta src) over `terms`, in beta's
     dtype."""
     if not dd:
-        return _aligned_sum(_parts(terms, hints, src, beta))
+        return _aligned_sum(_parts(terms, src, beta))
     # An infinite dd multiplies the sum, as in `_wide`: inf times each term
     # would make inf - inf of a sum whose sign is known.
     (dd,) = dd
     big = jnp.isinf(dd)
     unit = jnp.where(big, jnp.sign(dd), dd)
-    out = _aligned_sum(_parts(terms, hints, src, beta, unit))
+    out = _aligned_sum(_parts(terms, src, beta, unit))
     return jnp.where(big, out * dd.astype(out.dtype), out)
 
 
@@ -361,7 +344,7 @@ def dbeta(k, hints, x, beta):
     else:
         terms, gamma = _series.dbeta_terms(k)
         parts = _dbeta1_parts(x, beta, exp, gamma, 1 - k)
-        parts += _parts(terms, hints, x, beta, exp=exp)
+        parts += _parts(terms, x, beta, exp=exp)
     out = _aligned_sum(parts)
     # At beta = 0, D_1 = -inf (G = ln 2 over 0) and the higher orders
     # diverge (NaN at an infinite x, where softplus itself is 0 * inf);

@@ -209,7 +209,7 @@ def _pending_mask(values, dtype=None):
 
 
 def _read(v, i, take):
-    """take(v, i), an element of v read inside the loop (a 0-d v as it is).
+    """take(v, i), an element of v read inside the loop.
 
     XLA:CPU slices a bfloat16 array through a float32 copy of all of it,
     which it hoists out of the loop: two such copies (src and dd) were 8
@@ -218,8 +218,6 @@ def _read(v, i, take):
     conditional (always taken: i >= 0, which XLA does not fold) the copy is
     made only on a turn.
     """
-    if v.ndim == 0:
-        return v
     if v.dtype != _BF16:
         return take(v, i)
     return lax.cond(

@@ -119,10 +119,6 @@ class _Sigmoid:
         return lax.select(big, out + _LN2, out)
 
     @functools.cached_property
-    def value(self):
-        return lax.select(self.t >= 0, self.u, self.e * self.u)
-
-    @functools.cached_property
     def slope(self):  # w = s(t) s(-t)
         return self.e * (self.u * self.u)
 
@@ -132,47 +128,32 @@ class _Sigmoid:
 
 
 def _combination(terms, sig):
-    """sum c src**i beta**j s^(n)(t) over `terms`, in float64 (no dd)."""
+    """sum c src**i beta**j s^(n)(t) over `terms` (each n >= 1: s itself is
+    the primitive), in float64 (no dd)."""
     tc = lax.clamp(-_A_MAX, sig.t, _A_MAX)
-    base = None
-    slope = None
+    out = None
     for c, n, i, j in terms:
-        if n == 0:
-            # The families start at dd s(t); d/dsrc and d/dbeta raise n for
-            # every term with i = j = 0, so s(t) is never multiplied by a
-            # power (which could be inf times s(-inf) = 0).
-            assert i == j == 0, (n, i, j)
-            v = sig.value
-        else:
-            even, odd = _series.slope_polynomial(n)
-            w = sig.slope
-            poly = _words.horner(even[::-1], w) if any(even) else None
-            if any(odd):
-                tail = sig.tau * _words.horner(odd[::-1], w)
-                poly = tail if poly is None else poly + tail
-            # src**i beta**j = t**m src**(i - m) beta**(j - m): one of the two
-            # powers is 1, and t**m is of the clamped t, so that a factor
-            # stays finite where s^(n) is 0.
-            m = i if j < 0 else min(i, j)
-            v = w * poly
-            for of, k in ((tc, m), (sig.x, i - m), (sig.b, j - m)):
-                factor = _math.power(of, k)
-                if factor is not None:
-                    v = v * factor
-            if c != 1:
-                v = v * float(c)
-            slope = v if slope is None else slope + v
-            continue
-        base = v * float(c) if base is None else base + v * float(c)
-    if slope is not None:
-        # src**i s^(n)(beta src) -> 0 as src -> +-inf, for n >= 1 (beta != 0;
-        # for beta = 0, t = 0 * inf is NaN and stays so).
-        slope = lax.select(
-            jnp.isinf(sig.x) & (sig.b != 0), jnp.zeros_like(slope), slope
-        )
-    if base is None:
-        return slope
-    return base if slope is None else base + slope
+        even, odd = _series.slope_polynomial(n)
+        w = sig.slope
+        poly = _words.horner(even[::-1], w) if any(even) else None
+        if any(odd):
+            tail = sig.tau * _words.horner(odd[::-1], w)
+            poly = tail if poly is None else poly + tail
+        # src**i beta**j = t**m src**(i - m) beta**(j - m): one of the two
+        # powers is 1, and t**m is of the clamped t, so that a factor stays
+        # finite where s^(n) is 0.
+        m = i if j < 0 else min(i, j)
+        v = w * poly
+        for of, k in ((tc, m), (sig.x, i - m), (sig.b, j - m)):
+            factor = _math.power(of, k)
+            if factor is not None:
+                v = v * factor
+        if c != 1:
+            v = v * float(c)
+        out = v if out is None else out + v
+    # src**i s^(n)(beta src) -> 0 as src -> +-inf, for n >= 1 (beta != 0;
+    # for beta = 0, t = 0 * inf is NaN and stays so).
+    return lax.select(jnp.isinf(sig.x) & (sig.b != 0), jnp.zeros_like(out), out)
 
 
 def combination(terms, hints, src, beta, dd=None):
