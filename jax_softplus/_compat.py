@@ -87,14 +87,6 @@ def register_batching_rule(prim: Any, rule: Callable) -> None:
     batching.fancy_primitive_batchers[prim] = wrapped
 
 
-def shard_map(f: Callable, **kwargs: Any) -> Callable:
-    """`jax.shard_map` where it exists (0.7+), else the experimental one."""
-    fn = getattr(jax, "shard_map", None)
-    if fn is None:  # pragma: no cover - older JAX
-        from jax.experimental.shard_map import shard_map as fn
-    return fn(f, **kwargs)
-
-
 def varying_axes(aval: Any) -> frozenset:
     """The manual mesh axes over which a value of type `aval` varies.
 

@@ -129,4 +129,4 @@ def per_shard(f: Callable, x: Any, *rest: Any, sharding: Any = None) -> Any:
     else:
         mesh, spec = sharding.mesh, sharding.spec
     specs = tuple(spec if v.ndim else PartitionSpec() for v in (x, *rest))
-    return _compat.shard_map(f, mesh=mesh, in_specs=specs, out_specs=spec)(x, *rest)
+    return jax.shard_map(f, mesh=mesh, in_specs=specs, out_specs=spec)(x, *rest)

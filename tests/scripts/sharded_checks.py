@@ -14,6 +14,7 @@ assert "xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", "
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from jax import shard_map  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -23,7 +24,6 @@ from jax_softplus import (  # noqa: E402
     softplus_backward_inplace,
     softplus_backward_p,
 )
-from jax_softplus._compat import shard_map  # noqa: E402
 from jax_softplus.testing import lowered_as  # noqa: E402
 
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute",
