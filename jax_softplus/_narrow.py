@@ -268,7 +268,8 @@ def _aligned_sum(parts):
 
 def combination(terms, hints, src, beta, *dd):
     """dd * sum c src**i beta**j s^(n)(beta src) over `terms`, in beta's
-    dtype."""
+    dtype (`hints` are moot: the products are exact double words)."""
+    del hints
     if not dd:
         return _aligned_sum(_parts(terms, src, beta))
     # An infinite dd multiplies the sum, as in `_wide`: inf times each term
@@ -336,7 +337,8 @@ def _add2(x, y):
 
 
 def dbeta(k, hints, x, beta):
-    """D_k = d^k softplus / d beta^k in beta's dtype."""
+    """D_k = d^k softplus / d beta^k in beta's dtype (`hints` moot)."""
+    del hints
     x = x.astype(beta.dtype)
     exp = _Exp(x, beta)
     if k == 1:
