@@ -28,13 +28,11 @@ _INV_LN2 = 1.4426950408889634
 
 
 def add(a, b):
-    """a + b for double words (Shewchuk's accurate sum, about 2**-104)."""
+    """a + b for double words that do not cancel (|a + b| at least a third
+    of |a| + |b|, as every sum here: the series' terms and 1 + e, 2 + x
+    and x + log1p(e) / beta of one sign), to about 2**-104 relative."""
     s, e = _words.two_sum(a[0], b[0])
-    t, f = _words.two_sum(a[1], b[1])
-    e = e + t
-    s, e = _words.fast_two_sum(s, e)
-    e = e + f
-    return _words.fast_two_sum(s, e)
+    return _words.fast_two_sum(s, e + (a[1] + b[1]))
 
 
 def mul(a, b):
@@ -45,19 +43,15 @@ def mul(a, b):
 
 
 def div(a, b):
-    """a / b for double words: two float64 quotients, each of the exact
-    remainder."""
-    q1 = a[0] / b[0]
-    r = add(a, neg(mul((q1, lax.full_like(q1, 0)), b)))
-    q2 = r[0] / b[0]
-    r = add(r, neg(mul((q2, lax.full_like(q2, 0)), b)))
-    q3 = r[0] / b[0]
-    s, e = _words.fast_two_sum(q1, q2)
-    return add((s, e), (q3, lax.full_like(q3, 0)))
-
-
-def neg(a):
-    return -a[0], -a[1]
+    """a / b for double words, to about 2**-102 relative: a quotient q from
+    one reciprocal of b's high word, then the exact remainder a - q b
+    over b (a single division: XLA keeps each one a kernel of its own)."""
+    y = 1.0 / b[0]
+    q = a[0] * y
+    p, pe = _words.two_prod(q, b[0])
+    # a - p is exact: p is within a few ulps of a (Sterbenz).
+    r = (((a[0] - p) - pe) + a[1]) - q * b[1]
+    return _words.fast_two_sum(q, r * y)
 
 
 def scale(a, k):
@@ -100,18 +94,21 @@ _ATANH_SERIES = _table(Fraction(n % 2, n) for n in range(65, 0, -1))
 
 
 def exp(x):
-    """e**x for a double word x in [-700, 700], to about 2**-104 relative
-    down to e**x = 2**-969 (x = -671), below which its low word is
-    subnormal (and flushed on a CPU). `_highest` takes x in [-200, 60].
+    """e**x for a float64 x in [-700, 700], as a double word, to about
+    2**-104 relative down to e**x = 2**-969 (x = -671), below which its low
+    word is subnormal (and flushed on a CPU). `_highest` takes x in [-200,
+    60].
 
     x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in three parts), then exp(r)
     from its series (`_EXP_SERIES`).
     """
-    kf = lax.round(x[0] * _INV_LN2, lax.RoundingMethod.TO_NEAREST_EVEN)
-    # k _LN2[0] is exact: its error word would be +0.
-    r = add(x, (-(kf * _math64._opaque(_LN2[0])), lax.full_like(kf, -0.0)))
-    r = add(r, neg(_words.two_prod(kf, _math64._opaque(_LN2[1]))))
-    r = add(r, (-kf * _LN2[2], lax.full_like(kf, 0)))
+    kf = lax.round(x * _INV_LN2, lax.RoundingMethod.TO_NEAREST_EVEN)
+    # k _LN2[0] is exact, and so is x - k _LN2[0]: k _LN2[0] is within a
+    # factor 2 of x where k is not 0 (Sterbenz).
+    r = x - kf * _math64._opaque(_LN2[0])
+    p, pe = _words.two_prod(kf, _math64._opaque(_LN2[1]))
+    r, e = _words.two_sum(r, -p)
+    r = _words.fast_two_sum(r, (e - pe) - kf * _LN2[2])
     return scale(_series(_EXP_SERIES, r), kf)
 
 

@@ -109,10 +109,9 @@ def _dd_backward(s, d, b):
     s, d, b = (lax.convert_element_type(v, _F64) for v in (s, d, b))
     t = lax.clamp(-_ZHIGH, b * s, -_ZLOW)
     zero = lax.full_like(t, 0)
-    e = _dd.exp((-t, zero))
     # 1 behind a barrier: XLA folds (1 + e) - 1 to e.
-    den = _dd.add((_math64._opaque(1.0) * lax.full_like(t, 1.0), zero), e)
-    return _dd.div((d, zero), den)
+    one = (_math64._opaque(1.0) * lax.full_like(t, 1.0), zero)
+    return _dd.div((d, zero), _dd.add(one, _dd.exp(-t)))
 
 
 def _dd_softplus(x, b):
@@ -121,10 +120,21 @@ def _dd_softplus(x, b):
     t = b * x
     a = lax.min(lax.abs(t), lax.full_like(t, _ZHIGH))
     zero = lax.full_like(t, 0)
-    q = _dd.div(_dd.log1p(_dd.exp((-a, zero))), (b, zero))
-    s = _dd.add((x, zero), q)
+    q = _dd.div(_dd.log1p(_dd.exp(-a)), (b, zero))
+    s = _dd.add((x, zero), q)  # x and q of one sign where t > 0
     pos = t > 0
     return lax.select(pos, s[0], q[0]), lax.select(pos, s[1], q[1])
+
+
+def exact_backward(s, d, b):
+    """dd * sigmoid(beta * src) for the elements in doubt, correctly rounded
+    to their dtype."""
+    return _rounding.round_pair(*_dd_backward(s, d, b), s.dtype)
+
+
+def exact_softplus(x, b):
+    """softplus for the elements in doubt, correctly rounded to x's dtype."""
+    return _rounding.round_pair(*_dd_softplus(x, b), x.dtype)
 
 
 def _approx(value, error, dtype):
@@ -164,14 +174,13 @@ def backward(src, dd, beta, *, inplace=False):
     """dd * sigmoid(beta * src), correctly rounded to the data dtype (a
     float32 beta); with `inplace`, or from `_TWO_PASSES`'s sizes on, in two
     passes, which XLA can write over a donated dd."""
-    dtype = src.dtype
-
-    def exact(s, d, b):
-        return _rounding.round_pair(*_dd_backward(s, d, b), dtype)
-
-    approx = _approx(backward_value, ERROR["backward"], dtype)
+    approx = _approx(backward_value, ERROR["backward"], src.dtype)
     return _rounding.correctly_rounded(
-        (src, dd, beta), 1, approx, exact, two_passes=inplace or two_passes(dd)
+        (src, dd, beta),
+        1,
+        approx,
+        exact_backward,
+        two_passes=inplace or two_passes(dd),
     )
 
 
@@ -179,12 +188,7 @@ def softplus(x, beta):
     """(1/beta) log(1 + exp(beta x)), correctly rounded to the data dtype (a
     float32 beta): from `_TWO_PASSES`'s sizes on in two passes, which XLA
     can write over a donated x."""
-    dtype = x.dtype
-
-    def exact(x, b):
-        return _rounding.round_pair(*_dd_softplus(x, b), dtype)
-
-    approx = _approx(softplus_value, ERROR["forward"], dtype)
+    approx = _approx(softplus_value, ERROR["forward"], x.dtype)
     return _rounding.correctly_rounded(
-        (x, beta), 0, approx, exact, two_passes=two_passes(x)
+        (x, beta), 0, approx, exact_softplus, two_passes=two_passes(x)
     )

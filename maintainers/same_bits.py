@@ -17,7 +17,17 @@ the SHA-256 of one route's outputs over one sweep, with its element count:
 - float64 `src` (random, fixed seed) at the default accuracy, both ops and
   their first derivatives;
 - float32 and float64 `src` (random, fixed seed) at `BETAS`: five second
-  derivatives as a CPU, a GPU and a TPU lower them (`second_derivatives`).
+  derivatives as a CPU, a GPU and a TPU lower them (`second_derivatives`);
+- the elements of those sweeps that HIGHEST's float64 evaluation leaves in
+  doubt (`exact_steps`), and the double-double steps' values there: the
+  only elements those steps reach. `--exact-steps` runs this part alone,
+  so that a change to those steps is checked at `--stride 1` in minutes.
+
+`--programs` hashes instead the StableHLO that each route lowers to (both
+ops, their first and second derivatives, each dtype, accuracy, beta kind
+and platform, at the sizes that take one pass and two): a refactor meant
+to change no operation (a function moved, `a + b` written `lax.add(a, b)`)
+shows it in seconds, since the same program gives the same bits.
 
 `diff_dst` is `exhaustive.diff_dst_for` of the chunk (fixed seeds). The
 cells differ where any output bit differs; `--compare` names them and
@@ -28,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import sys
@@ -47,7 +58,8 @@ from exhaustive import (
     near_midpoint_softplus,
 )
 
-from jax_softplus import softplus, softplus_backward
+from jax_softplus import _highest as kernels
+from jax_softplus import _wide, softplus, softplus_backward
 from jax_softplus.testing import lowered_as
 from tools._common import positive_int, x64
 
@@ -69,6 +81,11 @@ class Cells:
         self.hashes.setdefault(name, hashlib.sha256()).update(values.tobytes())
         self.counts[name] = self.counts.get(name, 0) + values.size
 
+    def add_text(self, name, text):
+        """One program's text, counted as one output."""
+        self.hashes.setdefault(name, hashlib.sha256()).update(text.encode())
+        self.counts[name] = self.counts.get(name, 0) + 1
+
     def table(self):
         return {k: [self.counts[k], h.hexdigest()] for k, h in self.hashes.items()}
 
@@ -79,20 +96,37 @@ def _constant(src, dd, beta):
     )
 
 
+def _float32_chunks(stride):
+    """The finite float32 bit patterns 0, S, 2S, ... in chunks of `_CHUNK`
+    (the last one shorter), made a chunk at a time."""
+    carry = np.zeros(0, np.float32)
+    for start in range(0, 1 << 32, stride * _CHUNK):
+        stop = min(start + stride * _CHUNK, 1 << 32)
+        carry = np.concatenate([carry, bit_patterns(start, stop, stride)])
+        while carry.size >= _CHUNK:
+            yield carry[:_CHUNK]
+            carry = carry[_CHUNK:]
+    if carry.size:
+        yield carry
+
+
 def _inputs(stride, near_data):
     """(tag, src, diff_dst, betas): the sweeps' data, one chunk at a time
-    (made again for each route: at stride 1, 32 GiB in all)."""
+    (made again for each route)."""
     for dtype in (jnp.bfloat16, jnp.float16):
         src = np.arange(1 << 16, dtype=np.uint16).view(np.dtype(dtype))
         top = float(jnp.finfo(dtype).max)
         dd = np.clip(diff_dst_for(src.size, seed=7), -top, top).astype(dtype)
         yield np.dtype(dtype).name, src, dd, BETAS
-    src = bit_patterns(0, 1 << 32, stride)
-    for n, start in enumerate(range(0, src.size, _CHUNK)):
-        s = src[start : start + _CHUNK]
+    for n, s in enumerate(_float32_chunks(stride)):
         yield "float32", s, diff_dst_for(s.size, seed=n), BETAS
     # Results of 2**23 elements and more take two passes at HIGHEST.
-    s = np.resize(src, _LARGE)
+    first = []
+    for s in _float32_chunks(stride):
+        first.append(s)
+        if sum(map(len, first)) >= _LARGE:
+            break
+    s = np.resize(np.concatenate(first), _LARGE)
     yield "float32 2**23", s, diff_dst_for(s.size, seed=1 << 20), BETAS
     yield from near_data
 
@@ -212,6 +246,135 @@ def second_derivatives(cells, count, log):
     log(f"second derivatives: {time.perf_counter() - t0:.0f} s")
 
 
+def _doubt(op, *operands):
+    """Where `_highest`'s float64 evaluation of `op` is in doubt under its
+    widest bound (the first of two passes'): a superset of the elements
+    every route's loop settles (each route's own evaluation is within the
+    bound of the exact value)."""
+    value = {"backward": kernels.backward_value, "forward": kernels.softplus_value}
+    dtype = operands[0].dtype
+    approx = kernels._approx(value[op], kernels.ERROR[op], dtype)
+    return approx(*operands, wide=True)[1]
+
+
+def exact_steps(cells, data, near, log):
+    """The double-double steps (`_highest.exact_backward`,
+    `exact_softplus`) over the elements in doubt (`_doubt`), as one vector
+    each, and the public ops at HIGHEST over the same elements (their
+    loops, an element at a time)."""
+    t0 = time.perf_counter()
+    with _wide._float64():
+        doubt = {
+            op: jax.jit(functools.partial(_doubt, op)) for op in ("backward", "forward")
+        }
+        steps = {
+            "backward": jax.jit(kernels.exact_backward),
+            "forward": jax.jit(kernels.exact_softplus),
+        }
+    found = {}
+    for tag, src, dd, betas in data():
+        if tag == "float32 2**23":  # the first chunk's inputs again
+            continue
+        for beta in betas:
+            b = np.float32(beta)
+            for op, args in (("backward", (src, dd)), ("forward", (src,))):
+                with _wide._float64():
+                    at = np.flatnonzero(np.asarray(doubt[op](*args, b)))
+                parts = found.setdefault((tag, op, beta), [])
+                parts.append(tuple(np.asarray(a)[at] for a in args))
+    for name, x, b in near:
+        with _wide._float64():
+            at = np.flatnonzero(np.asarray(doubt["forward"](x, b)))
+        found[(f"{name} near-midpoint", "forward", None)] = [(x[at], b[at])]
+    for (tag, op, beta), parts in sorted(found.items(), key=str):
+        args = [np.concatenate(a) for a in zip(*parts, strict=True)]
+        if not args[0].size:
+            continue
+        if beta is not None:
+            args.append(np.full(args[0].shape, np.float32(beta)))
+        name = f"{tag} {op} in doubt" + (f" beta={beta}" if beta is not None else "")
+        for a in args:
+            cells.add(f"{name}: elements", a)
+        with _wide._float64():
+            cells.add(f"{name}: double-double step", steps[op](*args))
+        public = {
+            "backward": lambda s, d, b: softplus_backward(s, d, b, accuracy=HIGHEST),
+            "forward": lambda x, b: softplus(x, b, accuracy=HIGHEST),
+        }[op]
+        cells.add(f"{name}: HIGHEST", jax.vmap(public)(*args))
+    total = sum(len(a[0]) for parts in found.values() for a in parts)
+    log(f"exact steps: {total} elements in doubt, {time.perf_counter() - t0:.0f} s")
+
+
+def _program_cases():
+    """(name, function, argument shapes): each route `programs` lowers."""
+    hi = {"default": {}, "HIGHEST": {"accuracy": HIGHEST}}
+    for dtype in (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64):
+        for n in (1024, 1 << 23, 1 << 25):
+            if n > 1024 and dtype == jnp.float64:
+                continue
+            x = jax.ShapeDtypeStruct((n,), dtype)
+            b = jax.ShapeDtypeStruct((), dtype if dtype == jnp.float64 else jnp.float32)
+            for acc, kw in hi.items():
+                tag = f"{np.dtype(dtype).name}[{n}] {acc}"
+                yield (
+                    f"{tag} softplus",
+                    lambda x, b, kw=kw: softplus(x, b, **kw),
+                    (x, b),
+                )
+                yield (
+                    f"{tag} backward",
+                    lambda s, d, b, kw=kw: softplus_backward(s, d, b, **kw),
+                    (x, x, b),
+                )
+                yield (
+                    f"{tag} backward, constant beta",
+                    lambda s, d, kw=kw: softplus_backward(s, d, 1.7, **kw),
+                    (x, x),
+                )
+                yield (
+                    f"{tag} softplus, constant beta",
+                    lambda x, kw=kw: softplus(x, 1.7, **kw),
+                    (x,),
+                )
+                if n > 1024:
+                    continue
+                yield (
+                    f"{tag} grad",
+                    lambda x, b, kw=kw: jax.grad(lambda v: softplus(v, b, **kw).sum())(
+                        x
+                    ),
+                    (x, b),
+                )
+                yield (
+                    f"{tag} jvp",
+                    lambda x, b, kw=kw: jax.jvp(
+                        lambda v, c: softplus(v, c, **kw), (x, b), (x, b)
+                    ),
+                    (x, b),
+                )
+                yield (
+                    f"{tag} per-example beta",
+                    jax.vmap(lambda s, d, b, kw=kw: softplus_backward(s, d, b, **kw)),
+                    (x, x, x if dtype == jnp.float64 else x.update(dtype=jnp.float32)),
+                )
+            if n == 1024:
+                yield f"{np.dtype(dtype).name}[{n}] second derivatives", _second, (x, b)
+
+
+def programs(cells, log):
+    """Each route's StableHLO (`_program_cases`) as each platform lowers
+    it: one cell per program."""
+    t0 = time.perf_counter()
+    for platform in PLATFORMS:
+        with lowered_as(platform):
+            for name, fn, args in _program_cases():
+                with x64() if "float64" in name else contextlib.nullcontext():
+                    text = jax.jit(fn).lower(*args).as_text()
+                cells.add_text(f"{name} {platform}", text)
+    log(f"programs: {time.perf_counter() - t0:.0f} s")
+
+
 def compare(old, new):
     """The cells whose counts or hashes differ, and those only one has."""
     lines = []
@@ -234,6 +397,16 @@ def main(argv=None):
         type=positive_int,
         default=200,
         help="near-midpoint inputs per beta and dtype (default 200)",
+    )
+    p.add_argument(
+        "--exact-steps",
+        action="store_true",
+        help="only the elements in doubt and the double-double steps there",
+    )
+    p.add_argument(
+        "--programs",
+        action="store_true",
+        help="only each route's lowered StableHLO, for a refactor of no operation",
     )
     p.add_argument("--out", help="write the cells as JSON to this file")
     p.add_argument("--compare", help="compare with the JSON of an earlier run")
@@ -258,10 +431,16 @@ def main(argv=None):
 
     near = list(_near_softplus(args.near))
     log(f"inputs: {time.perf_counter() - t0:.0f} s")
-    float64_sweep(cells, 1 << 16, log)
-    second_derivatives(cells, 1 << 16, log)
-    default_routes(cells, data, log)
-    highest_routes(cells, data, near, log)
+    if args.programs:
+        programs(cells, log)
+    elif args.exact_steps:
+        exact_steps(cells, data, near, log)
+    else:
+        float64_sweep(cells, 1 << 16, log)
+        second_derivatives(cells, 1 << 16, log)
+        default_routes(cells, data, log)
+        highest_routes(cells, data, near, log)
+        exact_steps(cells, data, near, log)
     table = cells.table()
     total = sum(c for c, _ in table.values())
     summary = hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
@@ -270,7 +449,13 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as f:
             json.dump(
-                {"stride": args.stride, "near": args.near, "cells": table},
+                {
+                    "stride": args.stride,
+                    "near": args.near,
+                    "exact_steps_only": args.exact_steps,
+                    "programs_only": args.programs,
+                    "cells": table,
+                },
                 f,
                 indent=1,
                 sort_keys=True,

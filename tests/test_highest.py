@@ -271,32 +271,46 @@ def test_the_float64_step_is_within_its_error_bound():
 
 @pytest.mark.slow
 def test_the_double_double_step_reaches_its_precision():
-    # Step 3 decides roundings that float64 cannot, so its exp and log1p
-    # are held to what they reach (2**-105.7 and 2**-104.4 at worst over
-    # some 4,000 arguments each) over the arguments step 3 gives them: a shorter
-    # series (2**-64) still rounds every sampled input correctly, but no
-    # longer proves the rare ones.
+    # The double-double step decides roundings that float64 cannot, so it is
+    # held to what it reaches over arguments of the kind it gets (beta src
+    # in [-60, 60]; 2**-103.9 for the backward op and 2**-103.4 for softplus
+    # at worst over these 2,000 each), and so are its exp and log1p (2**-105.9
+    # and 2**-103.3): a shorter series (2**-64) still rounds every sampled
+    # input correctly, but no longer proves the rare ones.
     rng = np.random.default_rng(seed_of("double-double"))
-    x = np.concatenate([rng.uniform(-200, 60, 300), rng.uniform(-1, 1, 100)])
-    u = rng.uniform(0, 1, 300)
-
-    def pair(f):
-        return jax.jit(lambda a: f((a, jnp.zeros_like(a))))
-
+    n = 2000
+    beta = rng.choice(np.float32([1, -1, 0.5, 1.7, 3, 7.3, -2.5, 1e-3, 1e3]), n)
+    src = (rng.uniform(-60, 60, n) / np.maximum(np.abs(beta), 1)).astype(np.float32)
+    dd = (rng.standard_normal(n) * np.exp2(rng.uniform(-40, 40, n))).astype(np.float32)
+    x = rng.uniform(-200, 60, n // 4)
+    u = rng.uniform(0, 1, n // 4)
     with _wide._float64():
-        e = pair(_dd.exp)(jnp.asarray(x))
-        lg = pair(_dd.log1p)(jnp.asarray(u))
+        steps = {
+            "backward": jax.jit(_highest._dd_backward)(src, dd, beta),
+            "softplus": jax.jit(_highest._dd_softplus)(src, beta),
+        }
+        e = jax.jit(_dd.exp)(jnp.asarray(x))
+        lg = jax.jit(lambda a: _dd.log1p((a, jnp.zeros_like(a))))(jnp.asarray(u))
 
-    def worst(words, args, exact):
+    def worst(words, exact):
         with mpmath.workprec(240):
-            return max(
-                abs(mpmath.mpf(float(h)) + mpmath.mpf(float(lo)) - exact(mpmath.mpf(a)))
-                / abs(exact(mpmath.mpf(a)))
-                for h, lo, a in zip(*map(np.asarray, words), args, strict=True)
+            errors = (
+                abs((mpmath.mpf(float(h)) + mpmath.mpf(float(lo))) / exact(i) - 1)
+                for i, (h, lo) in enumerate(zip(*map(np.asarray, words), strict=True))
             )
+            return float(mpmath.log(max(errors), 2))
 
-    assert worst(e, x, mpmath.exp) <= 2.0**-104
-    assert worst(lg, u, mpmath.log1p) <= 2.0**-103
+    def mp(v, i):
+        return mpmath.mpf(float(v[i]))
+
+    assert worst(e, lambda i: mpmath.exp(mp(x, i))) <= -105
+    assert worst(lg, lambda i: mpmath.log1p(mp(u, i))) <= -103
+    t = [mp(beta, i) * mp(src, i) for i in range(n)]
+    backward = worst(steps["backward"], lambda i: mp(dd, i) / (1 + mpmath.exp(-t[i])))
+    softplus_ = worst(
+        steps["softplus"], lambda i: mpmath.log1p(mpmath.exp(t[i])) / mp(beta, i)
+    )
+    assert backward <= -103 and softplus_ <= -103, (backward, softplus_)
 
 
 def test_the_issues_point():
