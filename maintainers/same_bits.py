@@ -362,13 +362,13 @@ def _program_cases():
                 yield f"{np.dtype(dtype).name}[{n}] second derivatives", _second, (x, b)
 
 
-def programs(cells, log):
-    """Each route's StableHLO (`_program_cases`) as each platform lowers
-    it: one cell per program."""
+def programs(cells, log, cases=_program_cases):
+    """Each route's StableHLO (`cases()`, `_program_cases`) as each
+    platform lowers it: one cell per program."""
     t0 = time.perf_counter()
     for platform in PLATFORMS:
         with lowered_as(platform):
-            for name, fn, args in _program_cases():
+            for name, fn, args in cases():
                 with x64() if "float64" in name else contextlib.nullcontext():
                     text = jax.jit(fn).lower(*args).as_text()
                 cells.add_text(f"{name} {platform}", text)
@@ -398,12 +398,13 @@ def main(argv=None):
         default=200,
         help="near-midpoint inputs per beta and dtype (default 200)",
     )
-    p.add_argument(
+    only = p.add_mutually_exclusive_group()
+    only.add_argument(
         "--exact-steps",
         action="store_true",
         help="only the elements in doubt and the double-double steps there",
     )
-    p.add_argument(
+    only.add_argument(
         "--programs",
         action="store_true",
         help="only each route's lowered StableHLO, for a refactor of no operation",

@@ -4,9 +4,13 @@ options refuse what they cannot take. (The sweep itself is 7.3 minutes at
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 import same_bits
+from exhaustive import bit_patterns, near_midpoint_diff_dst
+
+from jax_softplus import _highest
 
 pytestmark = pytest.mark.tools
 
@@ -38,8 +42,73 @@ def test_one_bit_of_one_input_changes_its_routes_cells():
     assert len(differ) == len(before)  # every route reads src
 
 
+def test_the_float32_chunks_are_every_pattern_in_order(monkeypatch):
+    monkeypatch.setattr(same_bits, "_CHUNK", 1000)
+    chunks = list(same_bits._float32_chunks(1 << 16))
+    assert [c.size for c in chunks[:-1]] == [1000] * (len(chunks) - 1)
+    assert np.array_equal(np.concatenate(chunks), bit_patterns(0, 1 << 32, 1 << 16))
+
+
+def _exact_steps(src, dd):
+    jax.clear_caches()  # the steps' traces, for a monkeypatched step
+    cells = same_bits.Cells()
+    same_bits.exact_steps(
+        cells, lambda: iter([("t", src, dd, (1.7,))]), [], lambda msg: None
+    )
+    return cells.table()
+
+
+def test_the_exact_steps_cells_hold_the_double_double_steps_values(monkeypatch):
+    src, dd = near_midpoint_diff_dst(1.7, 40, np.random.default_rng(0))
+    before = _exact_steps(src, dd)
+    name = "t backward in doubt beta=1.7"
+    n = before[f"{name}: double-double step"][0]
+    assert n > 0 and before[f"{name}: HIGHEST"][0] == n
+    assert before[f"{name}: elements"][0] == 3 * n  # src, diff_dst, beta
+    step = _highest._dd_backward
+
+    def nudged(s, d, b):  # 2**-40 off: across the midpoints (within 2**-46)
+        hi, lo = step(s, d, b)
+        return hi, lo + hi * 2.0**-40
+
+    monkeypatch.setattr(_highest, "_dd_backward", nudged)
+    differ = same_bits.compare(before, _exact_steps(src, dd))
+    assert {line.split(":")[0] + ":" + line.split(":")[1] for line in differ} == {
+        f"{name}: double-double step",
+        f"{name}: HIGHEST",
+    }
+
+
+def test_the_programs_cells_change_with_an_operation(monkeypatch):
+    def cases():
+        x = jax.ShapeDtypeStruct((8,), np.float32)
+        b = jax.ShapeDtypeStruct((), np.float32)
+        for name, fn, args in same_bits._program_cases():
+            if name.startswith("float32[1024] HIGHEST backward"):
+                yield name, fn, (x, x, b)[: len(args)]
+
+    def table():
+        cells = same_bits.Cells()
+        same_bits.programs(cells, lambda msg: None, cases)
+        return cells.table()
+
+    before = table()
+    assert len(before) == 2 * len(same_bits.PLATFORMS)  # traced, constant beta
+    assert not same_bits.compare(before, table())
+    monkeypatch.setitem(_highest.ERROR, "backward", 2.0**-49)
+    differ = same_bits.compare(before, table())
+    # TPUs take another evaluation, with its own bound.
+    assert len(differ) == 2 * (len(same_bits.PLATFORMS) - 1)
+
+
 @pytest.mark.parametrize(
-    "argv", [["--stride", "0"], ["--near", "x"], ["--compare", "/no/such.json"]]
+    "argv",
+    [
+        ["--stride", "0"],
+        ["--near", "x"],
+        ["--compare", "/no/such.json"],
+        ["--programs", "--exact-steps"],
+    ],
 )
 def test_a_bad_option_is_a_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as e:
