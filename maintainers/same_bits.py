@@ -271,6 +271,12 @@ def exact_steps(cells, data, near, log):
             "backward": jax.jit(kernels.exact_backward),
             "forward": jax.jit(kernels.exact_softplus),
         }
+    public = {
+        "backward": jax.vmap(
+            lambda s, d, b: softplus_backward(s, d, b, accuracy=HIGHEST)
+        ),
+        "forward": jax.vmap(lambda x, b: softplus(x, b, accuracy=HIGHEST)),
+    }
     found = {}
     for tag, src, dd, betas in data():
         for beta in betas:
@@ -295,11 +301,7 @@ def exact_steps(cells, data, near, log):
             cells.add(f"{name}: elements", a)
         with _wide._float64():
             cells.add(f"{name}: double-double step", steps[op](*args))
-        public = {
-            "backward": lambda s, d, b: softplus_backward(s, d, b, accuracy=HIGHEST),
-            "forward": lambda x, b: softplus(x, b, accuracy=HIGHEST),
-        }[op]
-        cells.add(f"{name}: HIGHEST", jax.vmap(public)(*args))
+        cells.add(f"{name}: HIGHEST", public[op](*args))
     total = sum(len(a[0]) for parts in found.values() for a in parts)
     log(f"exact steps: {total} elements in doubt, {time.perf_counter() - t0:.0f} s")
 

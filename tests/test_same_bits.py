@@ -101,6 +101,14 @@ def test_the_programs_cells_change_with_an_operation(monkeypatch):
     assert len(differ) == 2 * (len(same_bits.PLATFORMS) - 1)
 
 
+def test_exact_steps_runs_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "steps.json"
+    argv = ["--exact-steps", "--stride", str(1 << 24), "--near", "4"]
+    assert same_bits.main([*argv, "--out", str(out)]) == 0
+    assert same_bits.main([*argv, "--compare", str(out)]) == 0
+    assert "0 of " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "argv",
     [
