@@ -7,7 +7,6 @@ of a concrete beta), so the same error is raised eagerly and under `jit`,
 
 from __future__ import annotations
 
-import functools
 import numbers
 import weakref
 from typing import Any, NamedTuple
@@ -117,11 +116,10 @@ def _promotes(dtype: np.dtype) -> bool:
     return dtype == np.bool_ or bool(jnp.issubdtype(dtype, jnp.integer))
 
 
-@functools.lru_cache(maxsize=64)
-def _promoted(dtype: np.dtype, weak: bool, x64: bool) -> tuple[np.dtype, bool]:
+def _promoted(dtype: np.dtype, weak: bool) -> tuple[np.dtype, bool]:
     """The dtype and weak type that `jax.nn.softplus` gives an integer or
-    bool input: JAX's own promotion, read off `jnp.logaddexp(x, 0)`."""
-    del x64  # part of the key: the default float dtype depends on it
+    bool input: JAX's own promotion, read off `jnp.logaddexp(x, 0)` (at
+    trace time only: an eager call checks its x inside the op's jit)."""
     spec = jax.ShapeDtypeStruct((), dtype, weak_type=weak)
     # Standard promotion: under "strict", jax.nn.softplus refuses bools only
     # for the literal 0 it adds; one operand promotes to inexact in any mode.
@@ -174,13 +172,13 @@ def check_forward_operand(value: Any) -> tuple[jax.Array, bool]:
         value = jnp.asarray(value)  # weakly typed, of the default dtype
     dtype = _dtype_of("x", value, promote=True)
     if _promotes(dtype):
-        dtype, weak = _promoted(dtype, weak, bool(jax.config.jax_enable_x64))
+        dtype, weak = _promoted(dtype, weak)
     return _as_strong(value, dtype), weak
 
 
 def forward_dtype(value: Any) -> np.dtype:
     """The dtype `check_forward_operand` gives a real x, read off its type
-    and dtype without converting it (or the error it raises)."""
+    and dtype without converting it (or the error `_dtype_of` raises)."""
     if _usable(value):
         return value.dtype
     if isinstance(value, (bool, int, float)):
@@ -188,8 +186,9 @@ def forward_dtype(value: Any) -> np.dtype:
     else:
         dtype = _dtype_of("x", value, promote=True)
     if _promotes(dtype):
-        weak = is_weak(value)
-        dtype = _promoted(dtype, weak, bool(jax.config.jax_enable_x64))[0]
+        # `_promoted`'s dtype for every integer and bool (its weak type
+        # differs for bool; int4 and int2 fail there, in the op's jit).
+        return jax.dtypes.canonicalize_dtype(float)
     return dtype
 
 

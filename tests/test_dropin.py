@@ -63,6 +63,17 @@ def test_types_and_values_are_jax_nn_softplus(name, x64):
             np.testing.assert_allclose(
                 got, want, rtol=2 * float(jnp.finfo(want.dtype).eps)
             )
+        # With a beta, checked against the promoted dtype's range before the
+        # jit: 1e200 is a beta for float64 results, too large for float32.
+        x = np.asarray(INPUTS[name](), np.float64)
+        for beta in (2.0, 1e200) if want.dtype == np.float64 else (2.0,):
+            got = softplus(INPUTS[name](), beta)
+            assert (got.dtype, _weak(got)) == (want.dtype, _weak(want)), name
+            np.testing.assert_allclose(
+                got,
+                np.logaddexp(beta * x, 0) / beta,
+                rtol=2 * float(jnp.finfo(want.dtype).eps),
+            )
     finally:
         jax.config.update("jax_enable_x64", previous)
 
