@@ -55,17 +55,27 @@ def _tangent(static, x, beta, x_dot, beta_dot, dbeta=None):
 # `static` is (hints, accuracy) throughout: what a concrete beta tells the
 # kernels, and which evaluation the value and its backward op take.
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _softplus_value(static, x, beta):
+def _value_with_jvp(static, x, beta):
     hints, accuracy = static
     return _softplus_kernel(x, beta, hints=hints, accuracy=accuracy)
 
 
-def _softplus_value_jvp(static, primals, tangents):
+def _value_with_jvp_jvp(static, primals, tangents):
     x, beta = primals
     return _softplus_value(static, x, beta), _tangent(static, x, beta, *tangents)
 
 
-_softplus_value.defjvp(_softplus_value_jvp, symbolic_zeros=True)
+_value_with_jvp.defjvp(_value_with_jvp_jvp, symbolic_zeros=True)
+
+
+def _softplus_value(static, x, beta):
+    """softplus's value: with its JVP where a trace may differentiate it,
+    and on concrete operands at the top level the kernel's jit itself (an
+    eager `custom_jvp` call retraces its function, some 150 us)."""
+    if _dispatch.is_eager(x, beta):
+        hints, accuracy = static
+        return _softplus_kernel(x, beta, hints=hints, accuracy=accuracy)
+    return _value_with_jvp(static, x, beta)
 
 
 def _sum_to(ct, beta):
