@@ -265,6 +265,24 @@ def test_a_direct_bind_of_bad_operands_is_a_type_error(name):
             run(*args)
 
 
+BAD_HIGHEST_BINDS = {
+    "int32 x": (jnp.ones(3, jnp.int32), jnp.float32(1)),
+    "complex x": (jnp.ones(3, jnp.complex64), jnp.float32(1)),
+    "float8 x": (jnp.ones(3, jnp.float8_e4m3fn), jnp.float32(1)),
+    "bfloat16 beta": (jnp.ones(3), jnp.bfloat16(1)),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_HIGHEST_BINDS))
+def test_a_direct_bind_of_the_highest_forward_is_a_type_error(name):
+    # The forward op's HIGHEST primitive, as the backward one: JAX's own
+    # TypeError from abstract eval, naming what it takes and what it got.
+    x, beta = BAD_HIGHEST_BINDS[name]
+    for run in (softplus_highest_p.bind, jax.jit(softplus_highest_p.bind)):
+        with pytest.raises(TypeError, match="softplus_highest_p takes .* got "):
+            run(x, beta)
+
+
 @pytest.mark.slow
 def test_a_direct_bind_gives_a_strongly_typed_result():
     # docs/primitive.md: the abstract eval returns src's aval, not weakly
