@@ -7,6 +7,7 @@ of a concrete beta), so the same error is raised eagerly and under `jit`,
 
 from __future__ import annotations
 
+import math
 import numbers
 import weakref
 from typing import Any, NamedTuple
@@ -385,14 +386,17 @@ def _array_beta(value, cdtype, forward):
     return result
 
 
+# The largest and the smallest normal value of each compute dtype.
+_RANGE = {d: (float(np.finfo(d).max), float(np.finfo(d).tiny)) for d in (_F32, _F64)}
+
+
 def _concrete_beta(concrete, shown, cdtype, forward):
-    limit = float(jnp.finfo(cdtype).max)
-    if not np.isfinite(concrete) or abs(concrete) > limit:
+    limit, tiny = _RANGE[cdtype]
+    if not math.isfinite(concrete) or abs(concrete) > limit:
         raise ValueError(
             f"beta must be finite and representable in {cdtype.name} "
             f"(|beta| <= {limit:.4g}), got {shown}."
         )
-    tiny = float(jnp.finfo(cdtype).tiny)
     # The value the kernels see: a float64 beta a hair below `tiny` rounds to
     # it, a normal number, as a traced beta's conversion rounds it.
     concrete = float(np.asarray(concrete, cdtype))
@@ -411,7 +415,7 @@ def _concrete_beta(concrete, shown, cdtype, forward):
         concrete = 0.0
     checked = np.asarray(concrete, cdtype)  # host scalar: no device transfer yet
     checked.flags.writeable = False  # remembered for a device array beta
-    mantissa = np.frexp(checked)[0]
+    mantissa = math.frexp(concrete)[0]
     exact = bool(mantissa == 0.0 or abs(mantissa) == 0.5)
     moderate = concrete == 0.0 or 2.0**-64 <= abs(concrete) <= 2.0**64
     tiny = 0.0 < abs(concrete) < 2.0**-100
