@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax import lax
 
-from jax_softplus import _highest, _highest32, _math64, _platforms, _sharding, _wide
+from jax_softplus import _highest, _highest32, _math64, _sharding, _wide
 from jax_softplus._math import (
     _BF16,
     canonical_nan,
@@ -122,8 +122,19 @@ def backward_kernel(
     return from_f32(out, dtype, nan_low_bits_clear=cpu)
 
 
-def softplus_kernel(x, beta, hints):
-    """(1/beta) log(1 + exp(beta x)) in the data's dtype (the forward op)."""
+def softplus_kernel(x, beta, hints, platform=None, *, accuracy=None):
+    """(1/beta) log(1 + exp(beta x)) in the data's dtype (the forward
+    primitive's lowering); `platform` and `accuracy` as `backward_kernel`'s.
+
+    The CPU's float32 kernel takes the exact product in FMAs where it has
+    them; the other platforms' correct the one division (theirs may be 2
+    ulp off).
+    """
+    if accuracy == "highest":
+        if platform is None:
+            return _sharding.per_shard(_highest32.softplus, x, beta)
+        with _wide._float64():
+            return _sharding.per_shard(_highest.softplus, x, beta)
     # A Python-float beta in a user's jit is a compile-time constant, and XLA
     # rewrites a division by a constant into a multiplication by its rounded
     # reciprocal: a second rounding (2.16 instead of 1.69 ulp at beta = 0.1)
@@ -134,25 +145,13 @@ def softplus_kernel(x, beta, hints):
     balance = not hints.beta_moderate
     if x.dtype == np.float32:
         compensate = not hints.beta_exact
-        kernel = functools.partial(softplus_f32, compensate=compensate, balance=balance)
-        # This kernel is traced outside any lowering rule (it is not a
-        # primitive's): the platform is known when XLA lowers it, which is
-        # where `platform_dependent` picks its branch (no run-time cond). The
-        # CPU's takes the exact product in FMAs where it has them, the other
-        # platforms' a corrected division (theirs may be 2 ulp off). Under
-        # `jax.disable_jit` each op runs alone, on the default backend, and
-        # nothing is contracted; `jax_softplus.testing.lowered_as` has the
-        # CPU take another platform's branch.
-        device = functools.partial(kernel, ieee_division=False)
-        if _platforms.is_emulating_another():
-            return device(x, beta)
-        if jax.config.jax_disable_jit:
-            return (
-                kernel(x, beta) if jax.default_backend() == "cpu" else device(x, beta)
+        if platform != "cpu":
+            return softplus_f32(
+                x, beta, compensate=compensate, balance=balance, ieee_division=False
             )
-        cpu = kernel
-        if compensate and fma_contracts():
-            cpu = functools.partial(kernel, fused=True)
-        return lax.platform_dependent(x, beta, cpu=cpu, default=device)
+        fused = compensate and fma_contracts()
+        return softplus_f32(
+            x, beta, compensate=compensate, balance=balance, fused=fused
+        )
     y = softplus_f32(to_f32(x), beta, compensate=False, balance=balance)
     return from_f32(y, x.dtype)

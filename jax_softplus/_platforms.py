@@ -66,13 +66,6 @@ def register(prim: Any, evaluation: Callable[[str | None], Callable]) -> None:
         mlir.register_lowering(prim, rule(platform), platform=platform)
 
 
-def is_emulating_another() -> bool:
-    """Whether the CPU's rules emit another platform's evaluation: then a
-    choice made by JAX per platform (`lax.platform_dependent`) must take the
-    emulated platform's branch instead."""
-    return _emulated is not None and KINDS[_emulated] != "cpu"
-
-
 # On a GPU whose float64 unit is slow (consumer cards: 1/64 of the float32
 # rate), the derivatives' float64 evaluation is compute-bound; this
 # variable, read when a program is lowered, gives GPUs the float32 one

@@ -11,7 +11,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
-from jax_softplus import _compat, _dispatch, _forward, _sharding, _validate
+from jax_softplus import _compat, _dispatch, _forward, _jet, _sharding, _validate
 from jax_softplus._derivatives import dsoftplus_dbeta
 from jax_softplus._derivatives import is_zero as _is_zero
 from jax_softplus._primitive import batch_operands, bind
@@ -368,3 +368,11 @@ def _traced(x, beta, hints, accuracy):
             return _softplus_dense(static, x, beta)
         return _softplus(static, x, beta)
     return _bind_hi(x, beta, static)
+
+
+# jet reaches the value's primitive, which has no derivative rules of its
+# own: its Taylor rule takes the nested JVPs of `softplus`'s rules.
+_jet.register(
+    _forward.softplus_p,
+    lambda x, beta, *, hints, accuracy: _traced(x, beta, hints, accuracy),
+)

@@ -18,7 +18,8 @@ from jax_softplus import (
     softplus_backward_inplace,
     softplus_backward_p,
 )
-from jax_softplus._forward import softplus_highest_p
+from jax_softplus._forward import softplus_p
+from jax_softplus._validate import BetaHints
 
 forward_mode = pytest.mark.skipif(
     not FORWARD_MODE, reason="reverse mode only on JAX 0.8"
@@ -246,6 +247,32 @@ def test_jet_gives_the_taylor_series_of_the_plain_formula(x64):
     np.testing.assert_allclose(got[1], want[1], rtol=1e-14)
 
 
+@pytest.mark.slow
+def test_jet_of_softplus_gives_the_taylor_series_of_the_plain_formula(x64):
+    # Its value's primitive takes the nested JVPs of softplus's own rules
+    # (a KeyError before: jet has no rule for the kernel's barrier).
+    x, b = jnp.float64(0.3), 1.7
+
+    def formula(x, b):
+        return jnp.log1p(jnp.exp(b * x)) / b
+
+    series = ((1.0, 0.5, -0.25),)
+    got = jax.jit(lambda x: jet.jet(lambda x: softplus(x, b), (x,), series))(x)
+    want = jet.jet(lambda x: formula(x, b), (x,), series)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-15)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13)
+    # In beta too, and at HIGHEST on float32 (its value correctly rounded).
+    both = (x, jnp.float64(b)), ((1.0, 0.5), (0.5, 0.0))
+    got, want = jet.jet(softplus, *both), jet.jet(formula, *both)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-14)
+    highest = jax.lax.AccuracyMode.HIGHEST
+    x32, series32 = jnp.float32(0.3), ((jnp.float32(1.0), jnp.float32(0.5)),)
+    got = jet.jet(lambda x: softplus(x, b, accuracy=highest), (x32,), series32)
+    want = jet.jet(lambda x: formula(x, jnp.float32(b)), (x32,), series32)
+    assert got[0] == softplus(x32, b, accuracy=highest)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
 BAD_BINDS = {
     "int32 data": (jnp.ones(3, jnp.int32), jnp.ones(3, jnp.int32), jnp.float32(1)),
     "bool data": (jnp.ones(3, bool), jnp.ones(3, bool), jnp.float32(1)),
@@ -265,22 +292,28 @@ def test_a_direct_bind_of_bad_operands_is_a_type_error(name):
             run(*args)
 
 
-BAD_HIGHEST_BINDS = {
-    "int32 x": (jnp.ones(3, jnp.int32), jnp.float32(1)),
-    "complex x": (jnp.ones(3, jnp.complex64), jnp.float32(1)),
-    "float8 x": (jnp.ones(3, jnp.float8_e4m3fn), jnp.float32(1)),
-    "bfloat16 beta": (jnp.ones(3), jnp.bfloat16(1)),
+HIGHEST = {"hints": BetaHints(), "accuracy": "highest"}
+DEFAULT = {"hints": BetaHints(), "accuracy": None}
+BAD_FORWARD_BINDS = {
+    "int32 x": (jnp.ones(3, jnp.int32), jnp.float32(1), DEFAULT),
+    "complex x": (jnp.ones(3, jnp.complex64), jnp.float32(1), HIGHEST),
+    "float8 x at HIGHEST": (jnp.ones(3, jnp.float8_e4m3fn), jnp.float32(1), HIGHEST),
+    "bfloat16 beta": (jnp.ones(3), jnp.bfloat16(1), HIGHEST),
+    "beta shape": (jnp.ones(3), jnp.ones(2), DEFAULT),
 }
 
 
-@pytest.mark.parametrize("name", list(BAD_HIGHEST_BINDS))
-def test_a_direct_bind_of_the_highest_forward_is_a_type_error(name):
-    # The forward op's HIGHEST primitive, as the backward one: JAX's own
-    # TypeError from abstract eval, naming what it takes and what it got.
-    x, beta = BAD_HIGHEST_BINDS[name]
-    for run in (softplus_highest_p.bind, jax.jit(softplus_highest_p.bind)):
-        with pytest.raises(TypeError, match="softplus_highest_p takes .* got "):
-            run(x, beta)
+@pytest.mark.parametrize("name", list(BAD_FORWARD_BINDS))
+def test_a_direct_bind_of_the_forward_primitive_is_a_type_error(name):
+    # The forward op's primitive, as the backward one: JAX's own TypeError
+    # from abstract eval, naming what it takes and what it got.
+    x, beta, params = BAD_FORWARD_BINDS[name]
+    for run in (
+        softplus_p.bind,
+        jax.jit(softplus_p.bind, static_argnames=tuple(params)),
+    ):
+        with pytest.raises(TypeError, match="softplus_p takes .* got x "):
+            run(x, beta, **params)
 
 
 @pytest.mark.slow
@@ -291,7 +324,7 @@ def test_a_direct_bind_gives_a_strongly_typed_result():
     assert weak.weak_type
     binds = [
         lambda: softplus_backward_p.bind(weak, weak, beta),
-        lambda: softplus_highest_p.bind(weak, beta),
+        lambda: softplus_p.bind(weak, beta, **HIGHEST),
     ]
     for bind in binds:
         for out in (bind(), jax.jit(bind)()):
