@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
+from jax.interpreters import ad
 from jax.typing import ArrayLike
 
 from jax_softplus import _compat, _dispatch, _forward, _jet, _sharding, _validate
@@ -49,33 +50,13 @@ def _tangent(static, x, beta, x_dot, beta_dot, dbeta=None):
     return _total(x, _tangent_terms(static, x, beta, x_dot, beta_dot, dbeta))
 
 
-# The value itself carries a JVP: higher-order derivatives differentiate the
-# rules below, and the kernel's rounding/bitcast steps have no useful
-# derivative of their own.
 # `static` is (hints, accuracy) throughout: what a concrete beta tells the
 # kernels, and which evaluation the value and its backward op take.
-@partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _value_with_jvp(static, x, beta):
+def _softplus_value(static, x, beta):
+    """softplus's value: its primitive in a jit of its own (one named call in
+    a jaxpr, one device call eagerly)."""
     hints, accuracy = static
     return _softplus_kernel(x, beta, hints=hints, accuracy=accuracy)
-
-
-def _value_with_jvp_jvp(static, primals, tangents):
-    x, beta = primals
-    return _softplus_value(static, x, beta), _tangent(static, x, beta, *tangents)
-
-
-_value_with_jvp.defjvp(_value_with_jvp_jvp, symbolic_zeros=True)
-
-
-def _softplus_value(static, x, beta):
-    """softplus's value: with its JVP where a trace may differentiate it,
-    and on concrete operands at the top level the kernel's jit itself (an
-    eager `custom_jvp` call retraces its function, some 150 us)."""
-    if _dispatch.is_eager(x, beta):
-        hints, accuracy = static
-        return _softplus_kernel(x, beta, hints=hints, accuracy=accuracy)
-    return _value_with_jvp(static, x, beta)
 
 
 def _sum_to(ct, beta):
@@ -370,8 +351,17 @@ def _traced(x, beta, hints, accuracy):
     return _bind_hi(x, beta, static)
 
 
-# jet reaches the value's primitive, which has no derivative rules of its
-# own: its Taylor rule takes the nested JVPs of `softplus`'s rules.
+def _softplus_p_jvp(primals, tangents, *, hints, accuracy):
+    """The value primitive's JVP, softplus's tangent: what the derivatives of
+    its rules' values differentiate (every order above the first, which the
+    rules give themselves)."""
+    x, beta = primals
+    y = _forward.softplus_p.bind(x, beta, hints=hints, accuracy=accuracy)
+    return y, _tangent((hints, accuracy), x, beta, *tangents)
+
+
+ad.primitive_jvps[_forward.softplus_p] = _softplus_p_jvp
+# jet's Taylor rule takes the nested JVPs of `softplus`'s rules.
 _jet.register(
     _forward.softplus_p,
     lambda x, beta, *, hints, accuracy: _traced(x, beta, hints, accuracy),
