@@ -58,6 +58,23 @@ def test_eager_calls_make_no_implicit_transfer(dtype, beta):
         assert not got.committed, name
 
 
+@pytest.mark.parametrize("beta", BETAS, ids=str)
+def test_an_eager_jvp_makes_no_implicit_transfer(beta):
+    # As jax.jvp of jax.nn.softplus: the rules run on the device copy of a
+    # checked beta (a host scalar went to every call's jit before).
+    x, t = jnp.asarray(X), jnp.asarray(G)
+
+    def jvp():
+        return jax.jvp(lambda x: softplus(x, *BETAS[beta]), (x,), (t,))
+
+    want = [np.asarray(v) for v in jvp()]
+    with jax.transfer_guard("disallow"):
+        jax.jvp(jax.nn.softplus, (x,), (t,))  # the same guard passes JAX's own
+        got = jvp()
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), w)
+
+
 def test_a_new_beta_value_is_placed_explicitly():
     # First sight of a value: the read-back of a device beta and the copy
     # of a Python float to the device are explicit transfers, which
