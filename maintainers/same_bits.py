@@ -28,6 +28,13 @@ ops, their first and second derivatives, each dtype, accuracy, beta kind
 and platform, at the sizes that take one pass and two): a refactor meant
 to change no operation (a function moved, `a + b` written `lax.add(a, b)`)
 shows it in seconds, since the same program gives the same bits.
+`--compiled` hashes the same routes as XLA compiles them on this CPU
+(each platform's evaluation, through `lowered_as`), as dataflow, without
+names, source locations and the order of independent instructions: a
+refactor that changes how the StableHLO is built (a
+primitive where a traced function was, a rule where a `custom_jvp` was)
+but not what XLA makes of it shows it in minutes; the same compiled
+program gives the same bits at the same speed.
 
 `diff_dst` is `exhaustive.diff_dst_for` of the chunk (fixed seeds). The
 cells differ where any output bit differs; `--compare` names them and
@@ -41,6 +48,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import re
 import sys
 import time
 
@@ -362,15 +370,50 @@ def _program_cases():
                 yield f"{np.dtype(dtype).name}[{n}] second derivatives", _second, (x, b)
 
 
-def programs(cells, log, cases=_program_cases):
+def _dataflow(text):
+    """A compiled module's dataflow, as text to hash: each instruction
+    stands for its opcode, shape, attributes and its operands' and called
+    computations' digests (in HLO text each is defined before its first
+    use), each computation for its root's. Names, metadata, source
+    locations and the order of independent instructions do not count."""
+    text = re.sub(r", metadata=\{[^}]*\}", "", text)
+    text = re.sub(r"/\*[^*]*\*/", "", text)
+    digests, computations, local, entry = {}, {}, {}, None
+
+    def digest(m):
+        name = m.group(1)
+        return local.get(name) or computations.get(name) or name
+
+    for line in text.splitlines():
+        head = re.match(r"(ENTRY )?%([\w.-]+) \(.*\{$", line)
+        if head:
+            name, local = head.group(2), {}
+            entry = name if head.group(1) else entry
+            continue
+        inst = re.match(r"\s+(ROOT )?%([\w.-]+) = (.*)$", line)
+        if inst:
+            body = re.sub(r"%([\w.-]+)", digest, inst.group(3))
+            local[inst.group(2)] = hashlib.sha256(body.encode()).hexdigest()[:16]
+            if inst.group(1):
+                computations[name] = local[inst.group(2)]
+    digests = computations.get(entry)
+    return f"{digests} {len(computations)} computations"
+
+
+def programs(cells, log, cases=_program_cases, compiled=False):
     """Each route's StableHLO (`cases()`, `_program_cases`) as each
-    platform lowers it: one cell per program."""
+    platform lowers it, or with `compiled` its instructions as XLA compiles
+    that here (`_dataflow`): one cell per program."""
     t0 = time.perf_counter()
     for platform in PLATFORMS:
         with lowered_as(platform):
             for name, fn, args in cases():
                 with x64() if "float64" in name else contextlib.nullcontext():
-                    text = jax.jit(fn).lower(*args).as_text()
+                    lowered = jax.jit(fn).lower(*args)
+                    if compiled:
+                        text = _dataflow(lowered.compile().as_text())
+                    else:
+                        text = lowered.as_text()
                 cells.add_text(f"{name} {platform}", text)
     log(f"programs: {time.perf_counter() - t0:.0f} s")
 
@@ -409,6 +452,12 @@ def main(argv=None):
         action="store_true",
         help="only each route's lowered StableHLO, for a refactor of no operation",
     )
+    only.add_argument(
+        "--compiled",
+        action="store_true",
+        help="only each route's program as XLA compiles it here, for a "
+        "refactor of how the StableHLO is built",
+    )
     p.add_argument("--out", help="write the cells as JSON to this file")
     p.add_argument("--compare", help="compare with the JSON of an earlier run")
     args = p.parse_args(argv)
@@ -432,8 +481,8 @@ def main(argv=None):
 
     near = list(_near_softplus(args.near))
     log(f"inputs: {time.perf_counter() - t0:.0f} s")
-    if args.programs:
-        programs(cells, log)
+    if args.programs or args.compiled:
+        programs(cells, log, compiled=args.compiled)
     elif args.exact_steps:
         exact_steps(cells, data, near, log)
     else:
@@ -455,6 +504,7 @@ def main(argv=None):
                     "near": args.near,
                     "exact_steps_only": args.exact_steps,
                     "programs_only": args.programs,
+                    "compiled_only": args.compiled,
                     "cells": table,
                 },
                 f,

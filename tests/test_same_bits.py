@@ -10,7 +10,7 @@ import pytest
 import same_bits
 from exhaustive import bit_patterns, near_midpoint_diff_dst
 
-from jax_softplus import _highest
+from jax_softplus import _highest, _math, softplus_backward
 
 pytestmark = pytest.mark.tools
 
@@ -101,6 +101,37 @@ def test_the_programs_cells_change_with_an_operation(monkeypatch):
     assert len(differ) == 2 * (len(same_bits.PLATFORMS) - 1)
 
 
+def test_the_compiled_cells_see_operations_not_how_they_were_built(monkeypatch):
+    x = jax.ShapeDtypeStruct((8,), np.float32)
+    b = jax.ShapeDtypeStruct((), np.float32)
+    named = jax.jit(softplus_backward)  # the same op inside a named call
+
+    def table(op, compiled):
+        def cases():
+            yield "backward", lambda s, d, b: op(s, d, b), (x, x, b)
+
+        cells = same_bits.Cells()
+        same_bits.programs(cells, lambda msg: None, cases, compiled=compiled)
+        return cells.table()
+
+    # A call around the op: other StableHLO, the same compiled programs.
+    assert same_bits.compare(table(softplus_backward, False), table(named, False))
+    before = table(softplus_backward, True)
+    assert not same_bits.compare(before, table(named, True))
+    # Dataflow, not text without names: operands swapped are another program.
+    a = jax.ShapeDtypeStruct((8,), np.float32)
+
+    def dataflow(f):
+        return same_bits._dataflow(jax.jit(f).lower(a, a).compile().as_text())
+
+    assert dataflow(lambda u, v: u - v) != dataflow(lambda u, v: v - u)
+    # A coefficient of exp's polynomial nudged: every platform's program.
+    q = _math._EXPM1_Q
+    monkeypatch.setattr(_math, "_EXPM1_Q", (*q[:-1], q[-1] * np.float32(1 + 2**-20)))
+    differ = same_bits.compare(before, table(softplus_backward, True))
+    assert len(differ) == len(same_bits.PLATFORMS)
+
+
 def test_exact_steps_runs_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "steps.json"
     argv = ["--exact-steps", "--stride", str(1 << 24), "--near", "4"]
@@ -116,6 +147,7 @@ def test_exact_steps_runs_from_the_command_line(tmp_path, capsys):
         ["--near", "x"],
         ["--compare", "/no/such.json"],
         ["--programs", "--exact-steps"],
+        ["--compiled", "--programs"],
     ],
 )
 def test_a_bad_option_is_a_usage_error(argv, capsys):
