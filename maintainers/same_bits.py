@@ -378,7 +378,7 @@ def _dataflow(text):
     locations and the order of independent instructions do not count."""
     text = re.sub(r", metadata=\{[^}]*\}", "", text)
     text = re.sub(r"/\*[^*]*\*/", "", text)
-    digests, computations, local, entry = {}, {}, {}, None
+    computations, local, entry = {}, {}, None
 
     def digest(m):
         name = m.group(1)
@@ -396,8 +396,7 @@ def _dataflow(text):
             local[inst.group(2)] = hashlib.sha256(body.encode()).hexdigest()[:16]
             if inst.group(1):
                 computations[name] = local[inst.group(2)]
-    digests = computations.get(entry)
-    return f"{digests} {len(computations)} computations"
+    return f"{computations.get(entry)} {len(computations)} computations"
 
 
 def programs(cells, log, cases=_program_cases, compiled=False):
