@@ -247,6 +247,7 @@ def test_jet_gives_the_taylor_series_of_the_plain_formula(x64):
     np.testing.assert_allclose(got[1], want[1], rtol=1e-14)
 
 
+@forward_mode
 @pytest.mark.slow
 def test_jet_of_softplus_gives_the_taylor_series_of_the_plain_formula(x64):
     # Its value's primitive takes the nested JVPs of softplus's own rules
