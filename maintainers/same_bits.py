@@ -399,14 +399,14 @@ def _dataflow(text):
     return f"{computations.get(entry)} {len(computations)} computations"
 
 
-def programs(cells, log, cases=_program_cases, compiled=False):
+def programs(cells, log, cases=None, compiled=False):
     """Each route's StableHLO (`cases()`, `_program_cases`) as each
     platform lowers it, or with `compiled` its instructions as XLA compiles
     that here (`_dataflow`): one cell per program."""
     t0 = time.perf_counter()
     for platform in PLATFORMS:
         with lowered_as(platform):
-            for name, fn, args in cases():
+            for name, fn, args in (cases or _program_cases)():
                 with x64() if "float64" in name else contextlib.nullcontext():
                     lowered = jax.jit(fn).lower(*args)
                     if compiled:

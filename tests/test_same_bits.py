@@ -4,6 +4,8 @@ options refuse what they cannot take. (The sweep itself is 7.3 minutes at
 
 from __future__ import annotations
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -130,6 +132,23 @@ def test_the_compiled_cells_see_operations_not_how_they_were_built(monkeypatch):
     monkeypatch.setattr(_math, "_EXPM1_Q", (*q[:-1], q[-1] * np.float32(1 + 2**-20)))
     differ = same_bits.compare(before, table(softplus_backward, True))
     assert len(differ) == len(same_bits.PLATFORMS)
+
+
+def test_compiled_runs_from_the_command_line(tmp_path, capsys, monkeypatch):
+    x = jax.ShapeDtypeStruct((8,), np.float32)
+    b = jax.ShapeDtypeStruct((), np.float32)
+    case = ("backward", lambda s, d, b: softplus_backward(s, d, b), (x, x, b))
+    monkeypatch.setattr(same_bits, "_program_cases", lambda: [case])
+    out = tmp_path / "compiled.json"
+    argv = ["--compiled", "--near", "4"]
+    assert same_bits.main([*argv, "--out", str(out)]) == 0
+    assert same_bits.main([*argv, "--compare", str(out)]) == 0
+    n = len(same_bits.PLATFORMS)
+    assert f"0 of {n} cells differ" in capsys.readouterr().out
+    written = json.loads(out.read_text())
+    assert written["compiled_only"] and len(written["cells"]) == n
+    # The compiled programs, not the StableHLO: --programs hashes otherwise.
+    assert same_bits.main(["--programs", "--near", "4", "--compare", str(out)]) == 1
 
 
 def test_exact_steps_runs_from_the_command_line(tmp_path, capsys):
