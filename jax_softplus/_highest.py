@@ -18,8 +18,6 @@ operation into several consumers).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from jax import lax
 
@@ -147,32 +145,26 @@ def _approx(value, error, dtype):
     return approx
 
 
-# The sizes from which results take two passes (`_rounding`), where one
-# pass's temporaries outgrow what the allocator keeps between calls: a
-# donated call then writes over its operand, with the bitmap of
-# temporaries, instead of writing the result into a temporary and copying
-# it (one pass reads the operands after writing the result). Measured on a
-# Zen 5 VM in a user's jit (docs/inplace.md): float32 at 8M elements,
-# donated, 27 -> 7.3 ms, fresh the same. The half types' evaluation costs
-# more per byte (a fresh call pays 14-43% for the second pass at 32M
-# elements, 3-60% at 16M): theirs start at 32M, where one pass's
-# temporaries reach 34-100 MB.
-_TWO_PASSES = {
-    np.dtype(np.float32): 1 << 23,
-    _BF16: 1 << 25,
-    np.dtype(np.float16): 1 << 25,
-}
+# The size from which results take two passes (`_rounding`), in bytes of
+# the result, for every dtype (2**23 float32 elements, 2**24 bfloat16 or
+# float16 ones): one pass reads the operands after writing the result, so
+# a donated call writes it into a temporary of that size and copies it;
+# two passes write over the donated operand, with the bitmap of
+# temporaries (docs/inplace.md). Two passes evaluate twice, which the half
+# types pay for with speed, float32 less (its donated calls gain more):
+# benchmarks/results/zen4-2026-12-07b/two-passes.md.
+_TWO_PASSES = 32 << 20
 
 
 def two_passes(v):
     """Whether the lowering evaluates `v` (an operand, or its aval) in two
     passes."""
-    return v.size >= _TWO_PASSES.get(np.dtype(v.dtype), math.inf)
+    return v.size * np.dtype(v.dtype).itemsize >= _TWO_PASSES
 
 
 def backward(src, dd, beta, *, inplace=False):
     """dd * sigmoid(beta * src), correctly rounded to the data dtype (a
-    float32 beta); with `inplace`, or from `_TWO_PASSES`'s sizes on, in two
+    float32 beta); with `inplace`, or from `_TWO_PASSES` bytes on, in two
     passes, which XLA can write over a donated dd."""
     approx = _approx(backward_value, ERROR["backward"], src.dtype)
     return _rounding.correctly_rounded(
@@ -186,7 +178,7 @@ def backward(src, dd, beta, *, inplace=False):
 
 def softplus(x, beta):
     """(1/beta) log(1 + exp(beta x)), correctly rounded to the data dtype (a
-    float32 beta): from `_TWO_PASSES`'s sizes on in two passes, which XLA
+    float32 beta): from `_TWO_PASSES` bytes on in two passes, which XLA
     can write over a donated x."""
     approx = _approx(softplus_value, ERROR["forward"], x.dtype)
     return _rounding.correctly_rounded(

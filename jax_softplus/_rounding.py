@@ -14,7 +14,7 @@ where the platform has float64, `_highest`; float32 words elsewhere,
 2. **A bitmap of the elements in doubt**, a bit per element
    (`correctly_rounded`). In one pass, those elements of the result hold a
    marker, and the bitmap is read from the result. From
-   `_highest._TWO_PASSES`'s sizes on (and for the in-place op, and on
+   `_highest._TWO_PASSES` bytes on (and for the in-place op, and on
    TPUs), in two: the first marks them, and the second writes the result
    but leaves the marked elements of one operand (diff_dst, or softplus's
    x) as they are, so that XLA can write the result over that operand
@@ -182,7 +182,7 @@ def _two_passes(approx, operands, over, n):
 
 # One pass ---------------------------------------------------------------------
 #
-# Below `_highest._TWO_PASSES`'s sizes, the rounding test and the result are
+# Below `_highest._TWO_PASSES` bytes, the rounding test and the result are
 # one loop fusion, and the elements in doubt hold a signaling NaN (which no
 # arithmetic returns) until the loop settles them, rather than a second
 # output (XLA would evaluate twice, once per output); the bitmap is read

@@ -74,8 +74,7 @@ def passes(request, monkeypatch):
     size; fresh traces before and after."""
     jax.clear_caches()
     if request.param == "two passes":
-        sizes = dict.fromkeys(_highest._TWO_PASSES, 0)
-        monkeypatch.setattr(_highest, "_TWO_PASSES", sizes)
+        monkeypatch.setattr(_highest, "_TWO_PASSES", 0)
     yield request.param
     jax.clear_caches()
 
@@ -547,16 +546,18 @@ def test_the_in_place_op_at_highest_writes_over_diff_dst(dtype):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [F32, np.float16, jnp.bfloat16], ids=dtype_id)
 def test_large_arrays_are_written_over_a_donated_operand_in_your_jit(dtype):
-    # From `_TWO_PASSES`'s sizes on the lowering takes two passes, so that
-    # XLA writes a donated call's result over the donated operand (diff_dst,
-    # or softplus's x) with a bit per element of temporaries; one pass
-    # wrote it into a temporary as large as the result and copied it over.
-    n = _highest._TWO_PASSES[np.dtype(dtype)]
+    # From 32 MiB of data on (docs/inplace.md: 2**23 float32 elements, 2**24
+    # bfloat16 or float16 ones) the lowering takes two passes, so that XLA
+    # writes a donated call's result over the donated operand (diff_dst, or
+    # softplus's x) with a bit per element of temporaries; one pass wrote it
+    # into a temporary as large as the result and copied it over. At 16M
+    # elements: at most 4 MB in every dtype.
+    n = (32 << 20) // np.dtype(dtype).itemsize
     ops = {
         "backward": lambda s, d: softplus_backward(s, d, 1.7, accuracy=HIGHEST),
         "softplus": lambda s, d: softplus(d, 1.7, accuracy=HIGHEST),
     }
-    for shape in [(n,), (n // 4096, 4096), (n - 1,)]:
+    for shape in dict.fromkeys([(n,), (n // 4096, 4096), (n - 1,), (1 << 24,)]):
         arg = jax.ShapeDtypeStruct(shape, dtype)
         for name, op in ops.items():
             compiled = jax.jit(op, donate_argnums=1).lower(arg, arg).compile()
@@ -573,7 +574,7 @@ def test_large_arrays_are_written_over_a_donated_operand_in_your_jit(dtype):
             # The bitmap and about a byte per 256 elements (the blocks'
             # flags as bytes were a byte per 32 elements more).
             bound = size // 8 + size // 200 + 8192
-            assert stats.temp_size_in_bytes <= bound, where
+            assert stats.temp_size_in_bytes <= min(bound, 4_000_000), where
 
 
 @pytest.mark.slow
