@@ -48,11 +48,12 @@ def _infinite_beta_limits(src, dd, beta, out):
 
     The fused float32 kernel forms its reduced argument as beta * src + c,
     which is inf - inf for an infinite beta. A traced beta only (a concrete
-    one is finite): a dozen operations per element, about 2% of the loop
-    (the other kernels reach the limits by themselves). t = beta * src is
-    +-inf, or NaN at src = 0; the limit is dd where t > 0 and dd * 0 where
-    t < 0, but an infinite dd keeps itself wherever src is finite
-    (sigmoid(t) > 0 for every finite beta).
+    one is finite): a dozen operations per element, 1-2% of the loop in
+    AVX2 code and 5-8% in 512-bit code (benchmarks/results/
+    zen4-2026-12-07b/against-0.5.0.md); the other kernels reach the limits
+    by themselves. t = beta * src is +-inf, or NaN at src = 0; the limit is
+    dd where t > 0 and dd * 0 where t < 0, but an infinite dd keeps itself
+    wherever src is finite (sigmoid(t) > 0 for every finite beta).
     """
     infinite = lax.abs(beta) == lax.full_like(beta, np.inf)
     if beta.ndim != src.ndim:  # a scalar beta: of the data's shape and sharding
