@@ -48,8 +48,8 @@ def _infinite_beta_limits(src, dd, beta, out):
 
     The fused float32 kernel forms its reduced argument as beta * src + c,
     which is inf - inf for an infinite beta. A traced beta only (a concrete
-    one is finite): a dozen operations per element, 1-2% of the loop in
-    AVX2 code and 5-8% in 512-bit code (benchmarks/results/
+    one is finite): a dozen operations per element, at most 2% of the loop
+    in AVX2 code and 5-8% in 512-bit code (benchmarks/results/
     zen4-2026-12-07b/against-0.5.0.md); the other kernels reach the limits
     by themselves. t = beta * src is +-inf, or NaN at src = 0; the limit is
     dd where t > 0 and dd * 0 where t < 0, but an infinite dd keeps itself
