@@ -294,10 +294,11 @@ def softplus(
         # At the top level: x goes into the op's jit as it is.
         if beta is _DEFAULT_BETA and accuracy is None:
             return _dispatch.DEFAULT_FORWARD(x)
-        dtype = _validate.forward_dtype(x)
-        beta, hints = _dispatch.eager_beta(_validate.unwrap(beta), dtype, True, x)
-        level = _validate.check_accuracy(accuracy, dtype)
-        return _dispatch.eager_forward(x, beta, hints, level)
+        if not _validate.is_complex(x):
+            dtype = _validate.forward_dtype(x)
+            beta, hints = _dispatch.eager_beta(_validate.unwrap(beta), dtype, True, x)
+            level = _validate.check_accuracy(accuracy, dtype)
+            return _dispatch.eager_forward(x, beta, hints, level)
     x, beta = _validate.unwrap(x), _validate.unwrap(beta)
     if _validate.is_complex(x):
         return _complex(x, beta, accuracy)
