@@ -178,7 +178,10 @@ def softplus_backward_inplace(
     whether it was passed by position or by keyword: use the returned array.
     (The runtime declines to donate a buffer that is still referenced
     elsewhere, such as by a NumPy view from `np.asarray` on the CPU; then a
-    `UserWarning` says so, `diff_dst` is unchanged and the result is new.)
+    `UserWarning` says so, `diff_dst` is unchanged and the result is new.
+    So does the op under `jax_debug_nans` or `jax_debug_infs`, which donates
+    nothing: JAX re-runs a call that gives a NaN or an inf on its
+    arguments.)
     With sharded arrays the result is laid out as `diff_dst`; an uncommitted
     `diff_dst` (such as `jnp.ones(...)`) with a `src` committed to a device or
     sharded is first moved where `src` is, and the moved copy is donated.

@@ -276,6 +276,14 @@ def _run_inplace(jitted, operands, diff_dst, placed, hints, accuracy, **layout):
     `_inplace_self_jit` for one array as both operands) on `operands`
     (diff_dst among them) and beta `placed`; warn where the runtime kept
     diff_dst."""
+    if jax.config.jax_debug_nans or jax.config.jax_debug_infs:
+        # A result with a NaN (inf) makes JAX re-run the call op by op on its
+        # arguments, which must still be alive: JAX donates nothing under
+        # debug_nans, but does under debug_infs (a RuntimeError then, for
+        # an array deleted). The plain op: the same values, a new array.
+        out = eager_backward(operands[0], diff_dst, placed, hints, accuracy)
+        _warn_not_donated()
+        return out
     shards = _shards(diff_dst, accuracy)
     out = jitted(
         *operands, placed, hints=hints, accuracy=accuracy, shards=shards, **layout
@@ -343,10 +351,11 @@ def _one_buffer(src, diff_dst) -> bool:
 def _warn_not_donated():
     if jax.config.jax_disable_jit:
         return  # documented: nothing is donated without jit
-    if jax.config.jax_debug_nans:
+    if jax.config.jax_debug_nans or jax.config.jax_debug_infs:
+        flag = "jax_debug_nans" if jax.config.jax_debug_nans else "jax_debug_infs"
         cause = (
-            "jax_debug_nans is on, and JAX compiles donating functions "
-            "without donation under it"
+            f"{flag} is on, and JAX re-runs a call that gives a NaN or an inf "
+            "on its arguments"
         )
     else:
         # The runtime declines, silently, to donate a buffer that something

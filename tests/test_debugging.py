@@ -64,6 +64,26 @@ def test_debug_flags_raise_floating_point_error(call, mode, disable_jit):
                 CALLS[call](src, dd)
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_inplace_op_under_a_hunter_leaves_diff_dst_alive(mode):
+    # JAX re-runs a call whose result has a NaN (inf) on its arguments, and
+    # it donates under debug_infs: the re-run read the deleted diff_dst, a
+    # RuntimeError. (Above, diff_dst was donated only when its buffer was
+    # free, so that failure was intermittent; a buffer of its own makes it
+    # certain.)
+    context, case = MODES[mode]
+    src, dd = case()
+    dd = dd + 0
+    with context():
+        with pytest.raises(FloatingPointError, match=r"invalid value \((nan|inf)"):
+            softplus_backward_inplace(src, dd, 1.0)
+        finite = jnp.array([2.0, -1.0]) + 0
+        with pytest.warns(UserWarning, match=f"jax_{mode} is on"):
+            out = softplus_backward_inplace(src, finite, 1.0)
+    assert not dd.is_deleted() and not finite.is_deleted()
+    np.testing.assert_array_equal(out, softplus_backward(src, finite, 1.0))
+
+
 def test_the_error_names_the_primitive():
     src, dd = _nan_case()
     with jax.debug_nans(True):
