@@ -367,7 +367,9 @@ def _warn_not_donated():
     warnings.warn(
         f"softplus_backward_inplace could not donate diff_dst: {cause}, so "
         "the result is a new array and diff_dst is unchanged.",
-        stacklevel=3,
+        # At the caller of softplus_backward_inplace, through _run_inplace
+        # and inplace_call (or eager_inplace).
+        stacklevel=5,
     )
 
 

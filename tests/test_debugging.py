@@ -78,8 +78,9 @@ def test_the_inplace_op_under_a_hunter_leaves_diff_dst_alive(mode):
         with pytest.raises(FloatingPointError, match=r"invalid value \((nan|inf)"):
             softplus_backward_inplace(src, dd, 1.0)
         finite = jnp.array([2.0, -1.0]) + 0
-        with pytest.warns(UserWarning, match=f"jax_{mode} is on"):
+        with pytest.warns(UserWarning, match=f"jax_{mode} is on") as record:
             out = softplus_backward_inplace(src, finite, 1.0)
+    assert record[0].filename == __file__  # the warning points at the call
     assert not dd.is_deleted() and not finite.is_deleted()
     np.testing.assert_array_equal(out, softplus_backward(src, finite, 1.0))
 
