@@ -73,8 +73,10 @@ def as_given(*values: Any) -> bool:
     """Whether an eager call may pass `values` into its jit as they are: live
     JAX arrays, NumPy arrays and scalars of a real dtype, and Python ints
     and floats, at the top level. JAX converts the host ones; the checks
-    run on the tracers (a complex JAX array too: `_default_forward`, or the
-    caller's own route). Anything else is checked and converted first."""
+    run on the tracers. A complex JAX array passes too: `softplus`'s
+    default jit computes it (`_default_forward`), its beta route sends it to
+    `_complex`, and the backward ops' checks refuse it. Anything else is
+    checked and converted first."""
     for v in values:
         kind = type(v)
         if kind is _compat.ArrayImpl:
