@@ -318,6 +318,7 @@ def _complex(x, beta, accuracy):
     """Complex x, as `jax.nn.softplus` computes it: jnp.logaddexp(beta x,
     0) / beta, differentiated by JAX (holomorphic), with that formula's
     accuracy; at beta = 1 (concrete) `jax.nn.softplus`'s own bits."""
+    _validate.check_live("x", x)
     x = jnp.asarray(x)
     real = jnp.finfo(x.dtype).dtype
     checked, _ = _validate.check_beta(beta, real, forward=True)

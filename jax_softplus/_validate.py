@@ -63,6 +63,21 @@ def _is_python_scalar(value: Any) -> bool:
     return type(value) in (int, float)
 
 
+def check_live(name: str, value: Any) -> None:
+    """A ValueError naming `name` where `value` is a deleted JAX array."""
+    if (
+        isinstance(value, jax.Array)
+        and not _compat.is_tracer(value)
+        and value.is_deleted()
+    ):
+        raise ValueError(
+            f"{name} is a deleted array: its buffer was donated to an "
+            "earlier call (a jax.jit with donate_argnums, or "
+            "softplus_backward_inplace, which donates diff_dst). Pass a "
+            "live array."
+        )
+
+
 def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
     """The canonical dtype `value` would have as a JAX array, or an error.
 
@@ -70,13 +85,7 @@ def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
     promotes them, as `jax.nn.softplus` does).
     """
     if isinstance(value, jax.Array):
-        if not _compat.is_tracer(value) and value.is_deleted():
-            raise ValueError(
-                f"{name} is a deleted array: its buffer was donated to an "
-                "earlier call (a jax.jit with donate_argnums, or "
-                "softplus_backward_inplace, which donates diff_dst). Pass a "
-                "live array."
-            )
+        check_live(name, value)
         dtype = value.dtype
     elif isinstance(value, (np.ndarray, np.generic)):
         dtype = value.dtype

@@ -311,6 +311,16 @@ def test_an_array_your_own_jit_donated_is_named_with_both_causes():
     assert "donate_argnums" in str(err.value)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"beta": 2.0}], ids=["default", "beta"])
+def test_a_deleted_complex_x_is_named_too(kwargs):
+    # Complex x takes jax.nn.softplus's formula; it reached JAX's
+    # RuntimeError ("Array has been deleted") before any check of ours.
+    z = jnp.array([1 + 2j, -3 + 0.5j], jnp.complex64)
+    z.delete()
+    with pytest.raises(ValueError, match="x is a deleted array"):
+        softplus(z, **kwargs)
+
+
 def test_a_device_beta_is_checked_for_the_op_that_asks():
     # A subnormal beta: softplus_backward takes it as 0, softplus refuses it
     # for what it is. One array checked by one op is not taken as checked by
