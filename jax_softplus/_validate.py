@@ -163,11 +163,15 @@ def _usable(value: Any) -> bool:
 
 
 def is_complex(value: Any) -> bool:
-    """Whether `softplus`'s x is complex (a Python complex, or an array or
-    scalar of a complex dtype), which it computes as `jax.nn.softplus` does."""
+    """Whether `softplus`'s x is complex (a Python complex, or an array,
+    scalar or nested sequence of a complex dtype), which it computes as
+    `jax.nn.softplus` does."""
     if isinstance(value, complex):
         return True
-    dtype = getattr(value, "dtype", None)
+    if isinstance(value, (list, tuple)):
+        dtype = _sequence_dtype("x", value)  # or the error a ragged x gets
+    else:
+        dtype = getattr(value, "dtype", None)
     return dtype is not None and np.dtype(dtype).kind == "c"
 
 

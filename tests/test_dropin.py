@@ -165,6 +165,15 @@ def test_complex_is_jax_nn_softplus(value):
         softplus(z, accuracy=jax.lax.AccuracyMode.HIGHEST)
 
 
+def test_a_complex_list_is_computed_as_its_array_is():
+    # A list was refused as "complex128", by a message that listed complex
+    # among the dtypes softplus accepts; a real list is converted.
+    values = [1j, -3 + 0.5j]
+    got, want = softplus(values), jax.nn.softplus(jnp.asarray(values))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.slow
 def test_complex_infinities_with_a_traced_beta():
     # A traced beta was made complex (zero imaginary part) and multiplied x:
