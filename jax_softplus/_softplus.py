@@ -300,6 +300,8 @@ def softplus(
             level = _validate.check_accuracy(accuracy, dtype)
             return _dispatch.eager_forward(x, beta, hints, level)
     x, beta = _validate.unwrap(x), _validate.unwrap(beta)
+    if isinstance(x, (list, tuple)):
+        x = _validate.sequence_array("x", x)  # once: its dtype picks the route
     if _validate.is_complex(x):
         return _complex(x, beta, accuracy)
     x, weak = _validate.check_forward_operand(x)

@@ -90,7 +90,7 @@ def _dtype_of(name: str, value: Any, *, promote: bool = False) -> np.dtype:
     elif isinstance(value, (np.ndarray, np.generic)):
         dtype = value.dtype
     elif isinstance(value, (list, tuple)):
-        dtype = _sequence_dtype(name, value)
+        dtype = sequence_array(name, value).dtype
     else:
         raise TypeError(
             f"{name} must be an array of dtype {_accepted(promote)}, got "
@@ -163,15 +163,11 @@ def _usable(value: Any) -> bool:
 
 
 def is_complex(value: Any) -> bool:
-    """Whether `softplus`'s x is complex (a Python complex, or an array,
-    scalar or nested sequence of a complex dtype), which it computes as
-    `jax.nn.softplus` does."""
+    """Whether `softplus`'s x is complex (a Python complex, or an array or
+    scalar of a complex dtype), which it computes as `jax.nn.softplus` does."""
     if isinstance(value, complex):
         return True
-    if isinstance(value, (list, tuple)):
-        dtype = _sequence_dtype("x", value)  # or the error a ragged x gets
-    else:
-        dtype = getattr(value, "dtype", None)
+    dtype = getattr(value, "dtype", None)
     return dtype is not None and np.dtype(dtype).kind == "c"
 
 
@@ -226,10 +222,11 @@ def _as_strong(value: Any, dtype: np.dtype) -> jax.Array:
     return jnp.asarray(value, dtype)
 
 
-def _sequence_dtype(name: str, value: list | tuple) -> np.dtype:
-    """The dtype of a (nested) list or tuple, or an error naming `name`."""
+def sequence_array(name: str, value: list | tuple) -> Any:
+    """A (nested) list or tuple as one array (NumPy's, or JAX's where NumPy
+    cannot hold its elements), or an error naming `name`."""
     try:
-        return np.asarray(value).dtype
+        return np.asarray(value)
     except ValueError as err:  # ragged nesting
         raise ValueError(
             f"{name} is a nested sequence that is not rectangular ({err}); "
@@ -238,7 +235,7 @@ def _sequence_dtype(name: str, value: list | tuple) -> np.dtype:
     except TypeError:  # NumPy cannot hold some JAX elements (bfloat16 arrays)
         pass
     try:
-        return jnp.asarray(value).dtype
+        return jnp.asarray(value)
     except (TypeError, ValueError) as err:
         raise TypeError(
             f"{name} is a {type(value).__name__} that does not convert to one "
