@@ -278,13 +278,14 @@ def _run_inplace(jitted, operands, diff_dst, placed, hints, accuracy, **layout):
     `_inplace_self_jit` for one array as both operands) on `operands`
     (diff_dst among them) and beta `placed`; warn where the runtime kept
     diff_dst."""
-    if jax.config.jax_debug_nans or jax.config.jax_debug_infs:
+    hunter = _hunter()
+    if hunter:
         # A result with a NaN (inf) makes JAX re-run the call op by op on its
         # arguments, which must still be alive: JAX donates nothing under
         # debug_nans, but does under debug_infs (a RuntimeError then, for
         # an array deleted). The plain op: the same values, a new array.
         out = eager_backward(operands[0], diff_dst, placed, hints, accuracy)
-        _warn_not_donated()
+        _warn_not_donated(hunter)
         return out
     shards = _shards(diff_dst, accuracy)
     out = jitted(
@@ -350,13 +351,21 @@ def _one_buffer(src, diff_dst) -> bool:
     )
 
 
-def _warn_not_donated():
+def _hunter() -> str | None:
+    """The option of JAX's NaN or inf hunter that is on, if one is."""
+    if _compat.debug_nans():
+        return "jax_debug_nans"
+    return "jax_debug_infs" if _compat.debug_infs() else None
+
+
+def _warn_not_donated(hunter: str | None = None):
+    """Warn that diff_dst was not donated: because of the option `hunter`,
+    or else because the runtime declined."""
     if jax.config.jax_disable_jit:
         return  # documented: nothing is donated without jit
-    if jax.config.jax_debug_nans or jax.config.jax_debug_infs:
-        flag = "jax_debug_nans" if jax.config.jax_debug_nans else "jax_debug_infs"
+    if hunter:
         cause = (
-            f"{flag} is on, and JAX re-runs a call that gives a NaN or an inf "
+            f"{hunter} is on, and JAX re-runs a call that gives a NaN or an inf "
             "on its arguments"
         )
     else:
