@@ -44,7 +44,6 @@ def _flag(name: str) -> Callable[[], Any]:
         from jax._src import config
 
         holder = getattr(config, name)
-        holder.value  # noqa: B018 - fail here, not in a call, if it changed
     except (ImportError, AttributeError):  # pragma: no cover - future JAX
         return lambda: getattr(jax.config, f"jax_{name}")
     return lambda: holder.value
