@@ -38,8 +38,8 @@ if _Tracer is None:  # pragma: no cover - future JAX
 
 def _flag(name: str) -> Callable[[], Any]:
     """A reader of JAX's option `jax_<name>`. Eager calls read a few: the
-    config holder's own `.value` takes 0.05 us, `jax.config.jax_<name>`
-    0.15 us (Zen 4)."""
+    config holder's own `.value` takes 0.05-0.10 us, `jax.config.jax_<name>`
+    0.09-0.15 us (Zen 4, three runs)."""
     try:
         from jax._src import config
 
